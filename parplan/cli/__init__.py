@@ -1,0 +1,1 @@
+"""CLI: thin typer commands; the only place that prints or exits."""

@@ -1,0 +1,169 @@
+"""Cluster specs: devices, switches and links, written out or made by a generator.
+
+A cluster is either explicit (``devices``, ``switches``, ``links``), made by one ``generator``
+(``switch``, ``ring``, ``torus2d``, ``fat_tree``, ``hierarchical``), or both: a generator's devices
+and links plus extra explicit ones. :mod:`parplan.topology` turns a spec into a graph; the names a
+generator gives its devices are documented on each generator class.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from parplan.config.base import Spec
+from parplan.config.units import Bandwidth, Bytes, FlopRate, Seconds
+
+
+class DeviceTemplate(Spec):
+    """What one accelerator (or host) can do; generators stamp it onto every device they make."""
+
+    peak_flop_per_s: FlopRate = Field(alias="peak_flops", description="peak compute, e.g. '312 TFLOP/s'")
+    memory_bytes: Bytes = Field(alias="memory", description="device memory, e.g. '80 GiB'")
+    efficiency: float = Field(
+        default=0.5, gt=0, le=1, description="fraction of peak reached on training kernels (MFU)"
+    )
+    memory_bandwidth_Bps: Bandwidth | None = Field(
+        default=None,
+        alias="memory_bandwidth",
+        description="device memory bandwidth; sets the cost of reductions (gamma) when given",
+    )
+    speed_factor: float = Field(
+        default=1.0, gt=0, description="relative speed multiplier for heterogeneous devices"
+    )
+
+
+class DeviceSpec(DeviceTemplate):
+    """One named device of an explicit cluster."""
+
+    name: str = Field(min_length=1)
+    group: str | None = Field(
+        default=None, description="the node (or other group) the device belongs to, for hierarchical collectives"
+    )
+
+
+class SwitchSpec(Spec):
+    """A switch: it forwards traffic but computes nothing."""
+
+    name: str = Field(min_length=1)
+
+
+class LinkTemplate(Spec):
+    """Bandwidth and latency of one link, as generators stamp it."""
+
+    bandwidth_Bps: Bandwidth = Field(alias="bandwidth", description="per direction, e.g. '25 GB/s'")
+    latency_s: Seconds = Field(default=0.0, alias="latency", description="per hop, e.g. '2 us'")
+    full_duplex: bool = Field(
+        default=True, description="each direction has the full bandwidth (False: both share one channel)"
+    )
+
+    @model_validator(mode="after")
+    def _positive_bandwidth(self) -> LinkTemplate:
+        if self.bandwidth_Bps <= 0:
+            raise ValueError("bandwidth must be > 0")
+        return self
+
+
+class LinkSpec(LinkTemplate):
+    """A link between two named endpoints (devices or switches)."""
+
+    a: str = Field(min_length=1, description="one endpoint")
+    b: str = Field(min_length=1, description="the other endpoint")
+
+
+class SwitchGenerator(Spec):
+    """``hosts`` devices ``h0 .. h{N-1}``, each linked to one switch ``sw0``."""
+
+    kind: Literal["switch"]
+    hosts: int = Field(ge=1)
+    device: DeviceTemplate
+    link: LinkTemplate
+
+
+class RingGenerator(Spec):
+    """``hosts`` devices ``h0 .. h{N-1}``; ``h{i}`` is linked to ``h{i+1 mod N}``."""
+
+    kind: Literal["ring"]
+    hosts: int = Field(ge=2)
+    device: DeviceTemplate
+    link: LinkTemplate
+
+
+class Torus2DGenerator(Spec):
+    """An ``x`` by ``y`` torus of devices ``h{i}_{j}``, each linked to its four wrap-around neighbours."""
+
+    kind: Literal["torus2d"]
+    x: int = Field(ge=1)
+    y: int = Field(ge=1)
+    device: DeviceTemplate
+    link: LinkTemplate
+
+
+class FatTreeGenerator(Spec):
+    """A three-level k-ary fat tree (k even): k pods of k/2 edge and k/2 aggregation switches,
+    (k/2)^2 core switches, and k^3/4 hosts ``h0 ..``; ``hosts`` may ask for fewer (filled in order)."""
+
+    kind: Literal["fat_tree"]
+    k: int = Field(ge=2)
+    hosts: int | None = Field(default=None, ge=1)
+    device: DeviceTemplate
+    link: LinkTemplate = Field(description="host-to-edge link")
+    uplink: LinkTemplate | None = Field(
+        default=None, description="switch-to-switch links (default: same as link)"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> FatTreeGenerator:
+        if self.k % 2:
+            raise ValueError(f"k must be even, got {self.k}")
+        if self.hosts is not None and self.hosts > self.k**3 // 4:
+            raise ValueError(f"a fat tree with k={self.k} has at most {self.k**3 // 4} hosts, asked {self.hosts}")
+        return self
+
+
+class HierarchicalGenerator(Spec):
+    """``nodes`` nodes of ``devices_per_node`` devices ``n{i}.d{j}``.
+
+    Inside node i every device links to the node's switch ``n{i}.sw`` with ``intra`` (NVLink/NVSwitch).
+    Each node has ``nics_per_node`` NICs ``n{i}.nic{r}``; device j reaches NIC ``j mod nics_per_node``
+    over ``pcie`` (or directly when one NIC per device and no pcie link is given) and every NIC links to
+    the fabric switch ``fabric`` with ``nic``. Devices of one node share the group ``n{i}``.
+    """
+
+    kind: Literal["hierarchical"]
+    nodes: int = Field(ge=1)
+    devices_per_node: int = Field(ge=1)
+    device: DeviceTemplate
+    intra: LinkTemplate
+    nics_per_node: int = Field(default=1, ge=1)
+    nic: LinkTemplate
+    pcie: LinkTemplate | None = None
+
+
+ClusterGenerator = Annotated[
+    SwitchGenerator | RingGenerator | Torus2DGenerator | FatTreeGenerator | HierarchicalGenerator,
+    Field(discriminator="kind"),
+]
+
+
+class ClusterSpec(Spec):
+    """A cluster: a generator, explicit devices/switches/links, or both."""
+
+    name: str = "cluster"
+    description: str | None = None
+    generator: ClusterGenerator | None = None
+    devices: tuple[DeviceSpec, ...] = ()
+    switches: tuple[SwitchSpec, ...] = ()
+    links: tuple[LinkSpec, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterSpec:
+        if self.generator is None and not self.devices:
+            raise ValueError("a cluster needs a generator or at least one device")
+        seen: set[str] = set()
+        for name in [d.name for d in self.devices] + [s.name for s in self.switches]:
+            if name in seen:
+                raise ValueError(f"name {name!r} is used twice")
+            seen.add(name)
+        return self

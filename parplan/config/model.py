@@ -1,0 +1,110 @@
+"""Model specs: a graph of layers, written out or made by a generator (``transformer``, ``mlp``).
+
+A node carries its parameter count, forward FLOPs per sample, the bytes of the activation it
+passes on per sample (what crosses a partition cut) and the activation bytes it keeps for backward
+per sample (what occupies memory). Edges default to a chain in file order. Byte sizes per
+parameter, gradient and optimizer-state element default to mixed-precision Adam (2 + 2 + 12).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from parplan.config.base import Spec
+from parplan.config.units import Bytes, Count, Flops
+
+
+class ModelNodeSpec(Spec):
+    """One layer (or block) of the model."""
+
+    id: str = Field(min_length=1)
+    params: Count = Field(default=0.0, description="parameter count, e.g. '85M'")
+    forward_flops_per_sample: Flops = Field(
+        default=0.0, alias="forward_flops", description="forward FLOPs per sample, e.g. '2 GFLOP'"
+    )
+    activation_bytes_per_sample: Bytes = Field(
+        default=0.0, alias="activation", description="output bytes per sample sent to successors"
+    )
+    saved_activation_bytes_per_sample: Bytes | None = Field(
+        default=None,
+        alias="saved_activation",
+        description="bytes per sample kept for backward (default: the output activation)",
+    )
+
+    @property
+    def saved_bytes_per_sample(self) -> float:
+        """Activation memory this node holds per sample until its backward runs."""
+        if self.saved_activation_bytes_per_sample is None:
+            return self.activation_bytes_per_sample
+        return self.saved_activation_bytes_per_sample
+
+
+class TransformerGenerator(Spec):
+    """A GPT-style decoder: ``embedding``, ``block0 .. block{L-1}``, ``head``; FLOPs per sample cover
+    the whole sequence (2 x params x seq plus attention scores), activations are seq x hidden."""
+
+    kind: Literal["transformer"]
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    heads: int = Field(ge=1)
+    sequence_length: int = Field(ge=1, alias="seq_len")
+    vocabulary: int = Field(ge=1, alias="vocab")
+    ffn_multiplier: float = Field(default=4.0, gt=0)
+    tie_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> TransformerGenerator:
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        return self
+
+
+class MLPGenerator(Spec):
+    """Fully connected layers ``fc0 ..`` between consecutive ``widths`` (input width first)."""
+
+    kind: Literal["mlp"]
+    widths: tuple[int, ...] = Field(min_length=2)
+    bias: bool = True
+
+
+ModelGenerator = Annotated[TransformerGenerator | MLPGenerator, Field(discriminator="kind")]
+
+
+class ModelSpec(Spec):
+    """A model: explicit ``nodes`` (and ``edges``) or a ``generator``."""
+
+    name: str = "model"
+    description: str | None = None
+    generator: ModelGenerator | None = None
+    nodes: tuple[ModelNodeSpec, ...] = ()
+    edges: tuple[tuple[str, str], ...] | None = Field(
+        default=None, description="[from, to] pairs; default: a chain in the order of nodes"
+    )
+    bytes_per_param: float = Field(default=2.0, gt=0, description="weights (fp16/bf16: 2)")
+    bytes_per_grad: float = Field(default=2.0, gt=0, description="gradients (fp16/bf16: 2)")
+    optimizer_bytes_per_param: float = Field(
+        default=12.0, ge=0, description="optimizer state per parameter (Adam, fp32 master + 2 moments: 12)"
+    )
+    bytes_per_activation_element: float = Field(
+        default=2.0, gt=0, description="used by generators to size activations"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if (self.generator is None) == (not self.nodes):
+            if self.generator is None:
+                raise ValueError("a model needs either nodes or a generator")
+            raise ValueError("give either nodes or a generator, not both")
+        ids = [n.id for n in self.nodes]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"node ids used twice: {', '.join(dupes)}")
+        if self.edges is not None:
+            known = set(ids)
+            for a, b in self.edges:
+                for end in (a, b):
+                    if end not in known:
+                        raise ValueError(f"edge [{a}, {b}] names unknown node {end!r}")
+        return self

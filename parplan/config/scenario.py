@@ -1,0 +1,70 @@
+"""Scenario specs: the unit ``simulate`` and ``compare-strategies`` take.
+
+A scenario names a cluster, a model, the training settings and a list of named plans. Cluster,
+model and each plan's strategy may be inline or a path; the loader resolves paths against the file
+that names them and keeps them in ``*_file`` fields so a saved scenario still points at its files.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from parplan.config.base import Spec
+from parplan.config.cluster import ClusterSpec
+from parplan.config.model import ModelSpec
+from parplan.config.strategy import StrategySpec
+
+
+class TrainingSpec(Spec):
+    """What one training step means for this scenario."""
+
+    global_batch_size: int = Field(ge=1, description="samples per optimizer step, across all replicas")
+    sequence_length: int | None = Field(
+        default=None, ge=1, description="tokens per sample, for tokens/s (default: the model generator's)"
+    )
+    steps: int = Field(default=1, ge=1, description="optimizer steps to report totals for")
+    seed: int = 0
+    straggler_jitter: float = Field(
+        default=0.0, ge=0, lt=1, description="seeded relative jitter on compute times (0.05 = up to +/-5%)"
+    )
+
+
+class PlanSpec(Spec):
+    """A named plan: a strategy, inline or from a strategy file."""
+
+    name: str = Field(min_length=1)
+    strategy: StrategySpec
+    strategy_file: str | None = None
+    description: str | None = None
+
+
+class SweepSpec(Spec):
+    """A sweep in the scenario: a knob (``algorithm``, ``num_replicas``, ...) and its values."""
+
+    knob: str = Field(min_length=1)
+    values: tuple[str | int | float, ...] = Field(min_length=1)
+
+
+class ScenarioSpec(Spec):
+    """A cluster, a model, training settings and the plans to compare."""
+
+    name: str = "scenario"
+    description: str | None = None
+    cluster: ClusterSpec
+    cluster_file: str | None = None
+    model: ModelSpec
+    model_file: str | None = None
+    training: TrainingSpec
+    plans: tuple[PlanSpec, ...] = Field(min_length=1)
+    sweeps: tuple[SweepSpec, ...] = ()
+    baseline: str | None = Field(default=None, description="plan name to compare against (default: local)")
+
+    @model_validator(mode="after")
+    def _check(self) -> ScenarioSpec:
+        names = [p.name for p in self.plans]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"plan names used twice: {', '.join(dupes)}")
+        if self.baseline is not None and self.baseline not in names:
+            raise ValueError(f"baseline {self.baseline!r} is not a plan; plans: {', '.join(names)}")
+        return self

@@ -1,0 +1,153 @@
+"""Human units in files, SI base units in code.
+
+Files may say "25 GB/s", "100 Gbit/s", "1.5 us", "80 GiB", "312 TFLOP/s", "3 GFLOP" or "1.3B";
+code always holds floats in base units (bytes, seconds, bytes/s, FLOP, FLOP/s, counts). Plain numbers
+in files are taken as base units. Each quantity kind has a parser that raises :class:`ValueError` with
+the offending text quoted (pydantic turns it into a validation issue), and a formatter whose output
+parses back to exactly the same float, so specs round-trip through every file format.
+
+>>> parse_bandwidth("100 Gbit/s")
+12500000000.0
+>>> parse_time("2 us")
+2e-06
+>>> parse_bytes("64 MiB")
+67108864.0
+>>> format_bandwidth(25e9)
+'25 GB/s'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+
+_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_QUANTITY = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<unit>[^\d\s].*?)?\s*$")
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+
+
+def _build_table(bases: dict[str, float], prefixes: dict[str, float]) -> dict[str, float]:
+    return {p + b: pf * bf for b, bf in bases.items() for p, pf in prefixes.items()}
+
+
+_BYTE_UNITS = {
+    **_build_table({"B": 1.0, "byte": 1.0, "bytes": 1.0}, _DECIMAL),
+    **_build_table({"B": 1.0}, _BINARY),
+    **_build_table({"bit": 0.125, "b": 0.125}, _DECIMAL),
+    **_build_table({"bit": 0.125}, _BINARY),
+}
+_BANDWIDTH_UNITS = {
+    **{f"{u}/s": f for u, f in _BYTE_UNITS.items()},
+    **_build_table({"Bps": 1.0}, _DECIMAL),
+    **_build_table({"bps": 0.125, "bit/s": 0.125}, _DECIMAL),
+}
+_TIME_UNITS = {
+    "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9, "ps": 1e-12,
+    "min": 60.0, "h": 3600.0,
+}
+_FLOP_UNITS = _build_table({"FLOP": 1.0, "FLOPs": 1.0, "flop": 1.0}, _DECIMAL)
+_FLOP_RATE_UNITS = {
+    **{f"{u}/s": f for u, f in _FLOP_UNITS.items()},
+    **_build_table({"FLOPS": 1.0, "flops": 1.0}, _DECIMAL),
+}
+_COUNT_UNITS = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def _parser(kind: str, units: dict[str, float], example: str) -> Callable[[Any], float]:
+    def parse(value: Any) -> float:
+        if isinstance(value, bool):
+            raise ValueError(f"expected a {kind} such as {example!r}, got {value!r}")
+        if isinstance(value, int | float):
+            number = float(value)
+        elif isinstance(value, str):
+            match = _QUANTITY.match(value)
+            unit = (match.group("unit") or "") if match else ""
+            if match is None or unit not in units:
+                raise ValueError(f"{value!r} is not a valid {kind} (e.g. {example!r})")
+            number = float(match.group("num")) * units[unit]
+        else:
+            raise ValueError(f"expected a {kind} such as {example!r}, got {type(value).__name__}")
+        if not math.isfinite(number) or number < 0:
+            raise ValueError(f"{value!r} is not a valid {kind}: must be finite and non-negative")
+        return number
+
+    parse.__name__ = f"parse_{kind.replace(' ', '_')}"
+    parse.__doc__ = f"Parse a {kind} (e.g. {example!r}) or a plain number into base units."
+    return parse
+
+
+parse_bytes = _parser("size", _BYTE_UNITS, "64 MiB")
+parse_bandwidth = _parser("bandwidth", _BANDWIDTH_UNITS, "25 GB/s")
+parse_time = _parser("duration", _TIME_UNITS, "2 us")
+parse_flops = _parser("FLOP count", _FLOP_UNITS, "3 GFLOP")
+parse_flop_rate = _parser("compute rate", _FLOP_RATE_UNITS, "312 TFLOP/s")
+parse_count = _parser("count", _COUNT_UNITS, "1.3B")
+
+
+def _formatter(
+    steps: list[tuple[float, str]], parse: Callable[[Any], float], sep: str = " "
+) -> Callable[[float], str | float]:
+    def fmt(value: float) -> str | float:
+        for factor, unit in steps:
+            if abs(value) >= factor or factor == steps[-1][0]:
+                text = f"{value / factor:.15g}{sep}{unit}".rstrip()
+                if parse(text) == value:
+                    return text
+                break
+        return value
+
+    return fmt
+
+
+format_bytes = _formatter(
+    [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")], parse_bytes
+)
+format_bandwidth = _formatter(
+    [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"), (1.0, "B/s")], parse_bandwidth
+)
+format_time = _formatter([(1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")], parse_time)
+format_flops = _formatter(
+    [(1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1.0, "FLOP")], parse_flops
+)
+format_flop_rate = _formatter(
+    [(1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"), (1.0, "FLOP/s")],
+    parse_flop_rate,
+)
+
+
+def format_count(value: float) -> str | float:
+    """Write a count as an integer when it is one, so files stay readable."""
+    return int(value) if float(value).is_integer() else value
+
+
+def _annotated(
+    parse: Callable[[Any], float], fmt: Callable[[float], str | float], example: str
+) -> Any:
+    return Annotated[
+        float,
+        BeforeValidator(parse),
+        PlainSerializer(fmt, return_type=str | float, when_used="always"),
+        WithJsonSchema(
+            {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "examples": [example]}]}
+        ),
+    ]
+
+
+Bytes = _annotated(parse_bytes, format_bytes, "64 MiB")
+"""A size in bytes; files may write "80 GiB"."""
+Bandwidth = _annotated(parse_bandwidth, format_bandwidth, "25 GB/s")
+"""A bandwidth in bytes per second; files may write "100 Gbit/s"."""
+Seconds = _annotated(parse_time, format_time, "2 us")
+"""A duration in seconds; files may write "1.5 us"."""
+Flops = _annotated(parse_flops, format_flops, "3 GFLOP")
+"""A number of floating-point operations; files may write "3 GFLOP"."""
+FlopRate = _annotated(parse_flop_rate, format_flop_rate, "312 TFLOP/s")
+"""A compute rate in FLOP per second; files may write "312 TFLOP/s"."""
+Count = _annotated(parse_count, format_count, "1.3B")
+"""A (possibly large) count such as a parameter count; files may write "1.3B"."""

@@ -1,0 +1,81 @@
+"""The one exception hierarchy of parplan.
+
+Library code raises these; only the CLI turns them into a message and an exit code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ParplanError(Exception):
+    """Base of every error parplan raises on purpose: a user's mistake or an impossible request."""
+
+
+@dataclass(frozen=True)
+class Issue:
+    """One problem found in a file: where it is and what is wrong.
+
+    ``line`` and ``column`` are 1-based and 0 when the position is unknown.
+    """
+
+    path: str
+    field: str
+    message: str
+    line: int = 0
+    column: int = 0
+
+    def __str__(self) -> str:
+        where = self.path
+        if self.line:
+            where += f":{self.line}:{self.column or 1}"
+        field = f" {self.field}:" if self.field else ""
+        return f"{where}{field} {self.message}"
+
+
+class ConfigError(ParplanError):
+    """Raised when a file cannot be read, parsed or validated; carries every issue found."""
+
+    def __init__(self, issues: list[Issue] | Issue | str) -> None:
+        if isinstance(issues, str):
+            issues = [Issue(path="", field="", message=issues)]
+        elif isinstance(issues, Issue):
+            issues = [issues]
+        self.issues: list[Issue] = list(issues)
+        super().__init__("\n".join(str(i) for i in self.issues))
+
+
+class UnitError(ConfigError):
+    """Raised when a quantity such as "25 GB/s" or "2 us" is malformed or has the wrong dimension."""
+
+
+class TopologyError(ParplanError):
+    """Raised when a cluster graph is inconsistent: unknown device, no route between two devices."""
+
+
+class ModelError(ParplanError):
+    """Raised when a model graph is inconsistent: cycles, unknown node ids in edges."""
+
+
+class CollectiveError(ParplanError):
+    """Raised for an unknown collective algorithm or a schedule that cannot be built or run."""
+
+
+class PlanError(ParplanError):
+    """Raised when a strategy cannot be expanded into work on the given cluster and model."""
+
+
+class InfeasiblePlanError(PlanError):
+    """Raised when a plan is well formed but cannot run, e.g. it does not fit in device memory."""
+
+
+class SimulationError(ParplanError):
+    """Raised when the engine cannot time a task graph (e.g. a dependency cycle)."""
+
+
+class PluginError(ParplanError):
+    """Raised when a custom coordinator plugin is unknown, fails to load or returns bad work."""
+
+
+class RuntimeCheckError(ParplanError):
+    """Raised by the numeric data-parallel runtime pieces on inconsistent inputs."""

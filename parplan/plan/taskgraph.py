@@ -1,0 +1,240 @@
+"""The task graph: compute and transfer work with dependencies, the engine's only input.
+
+Strategies and collectives both produce task graphs, so one engine times everything. Tasks are
+appended through :class:`TaskGraphBuilder` (one call per task, or a whole block of arrays at once
+for large collectives) and frozen into a :class:`TaskGraph` of numpy arrays.
+
+Kinds of task:
+
+- ``COMPUTE``: occupies ``device``'s compute stream for ``seconds`` (already converted from FLOPs
+  by the caller, or use :meth:`TaskGraphBuilder.compute_flops` and let the engine convert with the
+  device's peak x efficiency x speed factor).
+- ``TRANSFER``: moves ``size_bytes`` from ``device`` (source) to ``dst`` over the routed path; when
+  ``reduce`` is set, the receiver then adds it into its buffer, costing gamma x bytes on the
+  receiver's reduction stream.
+- ``MARKER``: takes no time; joins dependencies (e.g. "bucket 3 ready").
+
+``label`` indexes ``labels`` (a string table) and ``category`` indexes ``categories`` (e.g.
+"forward", "backward", "optimizer", "allreduce", "activation", "p2p") so reports can split time by
+kind without a Python object per task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from parplan.errors import SimulationError
+
+COMPUTE, TRANSFER, MARKER = 0, 1, 2
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, eq=False)
+class TaskGraph:
+    """Frozen task arrays; index ``i`` is task ``i``. Devices are indices into ``devices``."""
+
+    devices: tuple[str, ...]
+    kind: npt.NDArray[np.int8]
+    device: IntArray  # compute device, or transfer source
+    dst: IntArray  # transfer destination (-1 otherwise)
+    size_bytes: FloatArray  # transfer bytes (0 otherwise)
+    seconds: FloatArray  # compute seconds (NaN when given as flops)
+    flops: FloatArray  # compute FLOPs (0 when given as seconds)
+    reduce: BoolArray  # transfer reduces into the receiver
+    priority: IntArray  # lower runs first among ready tasks on a compute stream
+    category: IntArray
+    label: IntArray
+    dep_offsets: IntArray
+    dep_indices: IntArray
+    categories: tuple[str, ...]
+    labels: tuple[str, ...]
+    meta: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def num_tasks(self) -> int:
+        """Number of tasks of every kind."""
+        return len(self.kind)
+
+    def deps(self, task: int) -> IntArray:
+        """The tasks that must finish before ``task`` starts."""
+        return self.dep_indices[self.dep_offsets[task] : self.dep_offsets[task + 1]]
+
+
+class TaskGraphBuilder:
+    """Accumulates tasks; ``build()`` freezes them. Dependencies must point at earlier tasks."""
+
+    def __init__(self, devices: list[str] | tuple[str, ...] | None = None) -> None:
+        self._device_index: dict[str, int] = {}
+        self.devices: list[str] = []
+        for d in devices or ():
+            self.device_id(d)
+        self._cat_index: dict[str, int] = {}
+        self._label_index: dict[str, int] = {}
+        self._chunks: list[dict[str, np.ndarray]] = []
+        self._dep_chunks: list[tuple[IntArray, IntArray]] = []  # (counts, flat indices)
+        self._rows: dict[str, list[object]] = {k: [] for k in _COLUMNS}
+        self._row_deps: list[list[int]] = []
+        self.num_tasks = 0
+
+    def device_id(self, name: str) -> int:
+        """Index of a device, registering it on first use."""
+        idx = self._device_index.get(name)
+        if idx is None:
+            idx = self._device_index[name] = len(self.devices)
+            self.devices.append(name)
+        return idx
+
+    def category_id(self, name: str) -> int:
+        """Index of a category name (registered on first use)."""
+        return self._cat_index.setdefault(name, len(self._cat_index))
+
+    def label_id(self, name: str) -> int:
+        """Index of a label string (registered on first use)."""
+        return self._label_index.setdefault(name, len(self._label_index))
+
+    def _add(self, deps: list[int] | tuple[int, ...], **cols: object) -> int:
+        task = self.num_tasks
+        for d in deps:
+            if not 0 <= d < task:
+                raise SimulationError(f"task {task} depends on {d}, which is not an earlier task")
+        for k in _COLUMNS:
+            self._rows[k].append(cols.get(k, _DEFAULTS[k]))
+        self._row_deps.append(list(deps))
+        self.num_tasks += 1
+        return task
+
+    def compute(
+        self,
+        device: str,
+        seconds: float,
+        deps: list[int] | tuple[int, ...] = (),
+        *,
+        category: str = "compute",
+        label: str = "",
+        priority: int = 0,
+    ) -> int:
+        """A compute task of known duration; returns its id."""
+        return self._add(
+            deps, kind=COMPUTE, device=self.device_id(device), seconds=float(seconds),
+            category=self.category_id(category), label=self.label_id(label or category), priority=priority,
+        )
+
+    def compute_flops(
+        self,
+        device: str,
+        flops: float,
+        deps: list[int] | tuple[int, ...] = (),
+        *,
+        category: str = "compute",
+        label: str = "",
+        priority: int = 0,
+    ) -> int:
+        """A compute task given in FLOPs; the engine divides by the device's effective rate."""
+        return self._add(
+            deps, kind=COMPUTE, device=self.device_id(device), seconds=float("nan"), flops=float(flops),
+            category=self.category_id(category), label=self.label_id(label or category), priority=priority,
+        )
+
+    def transfer(
+        self,
+        src: str,
+        dst: str,
+        size_bytes: float,
+        deps: list[int] | tuple[int, ...] = (),
+        *,
+        reduce: bool = False,
+        category: str = "transfer",
+        label: str = "",
+    ) -> int:
+        """A point-to-point transfer; returns its id."""
+        return self._add(
+            deps, kind=TRANSFER, device=self.device_id(src), dst=self.device_id(dst),
+            size_bytes=float(size_bytes), reduce=reduce,
+            category=self.category_id(category), label=self.label_id(label or category),
+        )
+
+    def marker(self, deps: list[int] | tuple[int, ...] = (), *, label: str = "marker") -> int:
+        """A zero-time join point; returns its id."""
+        return self._add(deps, kind=MARKER, category=self.category_id("marker"), label=self.label_id(label))
+
+    def _flush_rows(self) -> None:
+        if not self._row_deps:
+            return
+        chunk = {k: np.asarray(v, dtype=_DTYPES[k]) for k, v in self._rows.items()}
+        counts = np.fromiter((len(d) for d in self._row_deps), dtype=np.int64, count=len(self._row_deps))
+        flat = np.fromiter((x for d in self._row_deps for x in d), dtype=np.int64, count=int(counts.sum()))
+        self._chunks.append(chunk)
+        self._dep_chunks.append((counts, flat))
+        self._rows = {k: [] for k in _COLUMNS}
+        self._row_deps = []
+
+    def add_block(
+        self,
+        columns: dict[str, np.ndarray],
+        dep_offsets: IntArray,
+        dep_indices: IntArray,
+    ) -> int:
+        """Append many tasks at once; returns the id of the first.
+
+        ``columns`` holds arrays for any of the task columns (missing ones take defaults; ``device``
+        and ``dst`` are device indices from :meth:`device_id`, ``category`` and ``label`` ids from
+        :meth:`category_id` / :meth:`label_id`). ``dep_indices`` are absolute task ids, already offset.
+        """
+        self._flush_rows()
+        first = self.num_tasks
+        n = len(dep_offsets) - 1
+        chunk = {}
+        for k in _COLUMNS:
+            if k in columns:
+                arr = np.asarray(columns[k], dtype=_DTYPES[k])
+                if len(arr) != n:
+                    raise SimulationError(f"block column {k!r} has {len(arr)} entries, want {n}")
+            else:
+                arr = np.full(n, _DEFAULTS[k], dtype=_DTYPES[k])
+            chunk[k] = arr
+        counts = np.diff(np.asarray(dep_offsets, dtype=np.int64))
+        flat = np.asarray(dep_indices, dtype=np.int64)
+        if len(flat) and (flat.min() < 0 or np.any(flat >= np.repeat(np.arange(first, first + n), counts))):
+            raise SimulationError("a block task depends on a task that is not earlier")
+        self._chunks.append(chunk)
+        self._dep_chunks.append((counts, flat))
+        self.num_tasks += n
+        return first
+
+    def build(self, meta: dict[str, object] | None = None) -> TaskGraph:
+        """Freeze the tasks into a :class:`TaskGraph`."""
+        self._flush_rows()
+        if self._chunks:
+            cols = {k: np.concatenate([c[k] for c in self._chunks]) for k in _COLUMNS}
+            counts = np.concatenate([c for c, _ in self._dep_chunks])
+            flat = np.concatenate([f for _, f in self._dep_chunks])
+        else:
+            cols = {k: np.zeros(0, dtype=_DTYPES[k]) for k in _COLUMNS}
+            counts = np.zeros(0, dtype=np.int64)
+            flat = np.zeros(0, dtype=np.int64)
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return TaskGraph(
+            devices=tuple(self.devices),
+            kind=cols["kind"], device=cols["device"], dst=cols["dst"], size_bytes=cols["size_bytes"],
+            seconds=cols["seconds"], flops=cols["flops"], reduce=cols["reduce"], priority=cols["priority"],
+            category=cols["category"], label=cols["label"], dep_offsets=offsets, dep_indices=flat,
+            categories=tuple(self._cat_index), labels=tuple(self._label_index), meta=dict(meta or {}),
+        )
+
+
+_COLUMNS = ("kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "category", "label")
+_DTYPES: dict[str, type] = {
+    "kind": np.int8, "device": np.int64, "dst": np.int64, "size_bytes": np.float64, "seconds": np.float64,
+    "flops": np.float64, "reduce": np.bool_, "priority": np.int64, "category": np.int64, "label": np.int64,
+}
+_DEFAULTS: dict[str, object] = {
+    "kind": MARKER, "device": -1, "dst": -1, "size_bytes": 0.0, "seconds": 0.0, "flops": 0.0,
+    "reduce": False, "priority": 0, "category": 0, "label": 0,
+}

@@ -1,0 +1,1 @@
+"""Report: results as rich tables, JSON, CSV, Chrome traces and plots (no printing here)."""

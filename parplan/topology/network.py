@@ -1,0 +1,131 @@
+"""The communication graph: devices, switches and directed links, with cached deterministic routes.
+
+A :class:`Network` wraps a networkx ``DiGraph`` whose nodes carry ``kind`` ("device" or "switch")
+and, for devices, their compute attributes; every directed edge carries ``bandwidth_Bps``,
+``latency_s`` and ``channel``: the index of the bandwidth resource it uses. Full-duplex links give
+each direction its own channel; a half-duplex link's two directions share one. The engine shares
+bandwidth per channel, so ``channel_bandwidth_Bps`` and ``channel_names`` are what it reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import numpy.typing as npt
+
+from parplan.errors import TopologyError
+
+IntArray = npt.NDArray[np.int64]
+
+Router = Callable[["Network", str, str], list[str]]
+"""A routing function: the node path from one device to another (both ends included)."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """What the engine and the plans need to know about one device."""
+
+    name: str
+    peak_flop_per_s: float
+    efficiency: float
+    speed_factor: float
+    memory_bytes: float
+    memory_bandwidth_Bps: float | None
+    group: str | None
+
+    @property
+    def effective_flop_per_s(self) -> float:
+        """Sustained training throughput: peak x efficiency x speed factor."""
+        return self.peak_flop_per_s * self.efficiency * self.speed_factor
+
+
+class Network:
+    """A cluster as a graph, with link arrays and cached routes for the engine."""
+
+    def __init__(self, graph: nx.DiGraph, name: str = "cluster", router: Router | None = None) -> None:
+        self.graph = graph
+        self.name = name
+        self.devices: tuple[str, ...] = tuple(n for n, d in graph.nodes(data=True) if d.get("kind") == "device")
+        if not self.devices:
+            raise TopologyError(f"cluster {name!r} has no devices")
+        self._device_index = {d: i for i, d in enumerate(self.devices)}
+        channels: dict[int, tuple[float, str]] = {}
+        for u, v, data in graph.edges(data=True):
+            ch = int(data["channel"])
+            channels.setdefault(ch, (float(data["bandwidth_Bps"]), f"{u}->{v}"))
+        if sorted(channels) != list(range(len(channels))):
+            raise TopologyError("link channels must be numbered 0..C-1")
+        self.channel_bandwidth_Bps = np.array([channels[c][0] for c in range(len(channels))], dtype=np.float64)
+        self.channel_names: tuple[str, ...] = tuple(channels[c][1] for c in range(len(channels)))
+        self._router: Router = router or shortest_hop_route
+        self._route_cache: dict[tuple[str, str], tuple[IntArray, float]] = {}
+
+    # -- devices ---------------------------------------------------------------------------------
+    def device_index(self, name: str) -> int:
+        """Position of a device in :attr:`devices`; raises :class:`TopologyError` if unknown."""
+        try:
+            return self._device_index[name]
+        except KeyError:
+            raise TopologyError(f"unknown device {name!r} in cluster {self.name!r}") from None
+
+    def device(self, name: str) -> DeviceInfo:
+        """Compute attributes of a device."""
+        self.device_index(name)
+        d = self.graph.nodes[name]
+        return DeviceInfo(
+            name=name,
+            peak_flop_per_s=float(d["peak_flop_per_s"]),
+            efficiency=float(d["efficiency"]),
+            speed_factor=float(d.get("speed_factor", 1.0)),
+            memory_bytes=float(d["memory_bytes"]),
+            memory_bandwidth_Bps=d.get("memory_bandwidth_Bps"),
+            group=d.get("group"),
+        )
+
+    def groups(self) -> dict[str, list[str]]:
+        """Devices by group (node), in device order; ungrouped devices form their own group."""
+        out: dict[str, list[str]] = {}
+        for dev in self.devices:
+            out.setdefault(self.graph.nodes[dev].get("group") or dev, []).append(dev)
+        return out
+
+    # -- routes ----------------------------------------------------------------------------------
+    def route(self, src: str, dst: str) -> tuple[IntArray, float]:
+        """Channels a transfer from ``src`` to ``dst`` crosses, and the path's total latency (cached)."""
+        key = (src, dst)
+        hit = self._route_cache.get(key)
+        if hit is not None:
+            return hit
+        if src == dst:
+            result: tuple[IntArray, float] = (np.zeros(0, dtype=np.int64), 0.0)
+        else:
+            path = self._router(self, src, dst)
+            edges = [self.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
+            result = (
+                np.array([int(e["channel"]) for e in edges], dtype=np.int64),
+                float(sum(float(e["latency_s"]) for e in edges)),
+            )
+        self._route_cache[key] = result
+        return result
+
+    def path(self, src: str, dst: str) -> list[str]:
+        """The node path of a route, for display."""
+        return [src] if src == dst else self._router(self, src, dst)
+
+
+def shortest_hop_route(net: Network, src: str, dst: str) -> list[str]:
+    """Fewest hops, then lowest total latency; ties broken by node insertion order (stable)."""
+    g = net.graph
+    for end in (src, dst):
+        if end not in g:
+            raise TopologyError(f"unknown device {end!r} in cluster {net.name!r}")
+    try:
+        path: list[str] = nx.shortest_path(
+            g, src, dst, weight=lambda u, v, d: 1.0 + float(d["latency_s"]) * 1e-3
+        )
+    except nx.NetworkXNoPath:
+        raise TopologyError(f"no route from {src!r} to {dst!r} in cluster {net.name!r}") from None
+    return path
