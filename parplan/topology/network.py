@@ -4,21 +4,29 @@ A :class:`Network` wraps a networkx ``DiGraph`` whose nodes carry ``kind`` ("dev
 and, for devices, their compute attributes; every directed edge carries ``bandwidth_Bps``,
 ``latency_s`` and ``channel``: the index of the bandwidth resource it uses. Full-duplex links give
 each direction its own channel; a half-duplex link's two directions share one. The engine shares
-bandwidth per channel, so ``channel_bandwidth_Bps`` and ``channel_names`` are what it reads.
+bandwidth per channel, so ``channel_bandwidth_Bps`` and ``channel_names`` are what it reads (an
+edge's optional ``channel_name`` attribute names its channel; otherwise ``"u->v"``).
+
+Routing is pluggable (any :data:`Router`); the default, :func:`shortest_hop_route`, is the
+deterministic rule of :mod:`parplan.topology.routing` and :func:`spread_route` its D-mod-k variant.
+The graph must not be changed once a ``Network`` wraps it: routes and tables are cached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
 from parplan.errors import TopologyError
+from parplan.topology.routing import RoutingTables, TieBreak
 
 IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
 
 Router = Callable[["Network", str, str], list[str]]
 """A routing function: the node path from one device to another (both ends included)."""
@@ -48,20 +56,26 @@ class Network:
     def __init__(self, graph: nx.DiGraph, name: str = "cluster", router: Router | None = None) -> None:
         self.graph = graph
         self.name = name
-        self.devices: tuple[str, ...] = tuple(n for n, d in graph.nodes(data=True) if d.get("kind") == "device")
+        self.devices: tuple[str, ...] = tuple(
+            n for n, d in graph.nodes(data=True) if d.get("kind") == "device"
+        )
         if not self.devices:
             raise TopologyError(f"cluster {name!r} has no devices")
         self._device_index = {d: i for i, d in enumerate(self.devices)}
         channels: dict[int, tuple[float, str]] = {}
         for u, v, data in graph.edges(data=True):
             ch = int(data["channel"])
-            channels.setdefault(ch, (float(data["bandwidth_Bps"]), f"{u}->{v}"))
+            label = str(data.get("channel_name", f"{u}->{v}"))
+            channels.setdefault(ch, (float(data["bandwidth_Bps"]), label))
         if sorted(channels) != list(range(len(channels))):
             raise TopologyError("link channels must be numbered 0..C-1")
-        self.channel_bandwidth_Bps = np.array([channels[c][0] for c in range(len(channels))], dtype=np.float64)
+        self.channel_bandwidth_Bps = np.array(
+            [channels[c][0] for c in range(len(channels))], dtype=np.float64
+        )
         self.channel_names: tuple[str, ...] = tuple(channels[c][1] for c in range(len(channels)))
         self._router: Router = router or shortest_hop_route
         self._route_cache: dict[tuple[str, str], tuple[IntArray, float]] = {}
+        self._routing_tables: dict[str, RoutingTables] = {}
 
     # -- devices ---------------------------------------------------------------------------------
     def device_index(self, name: str) -> int:
@@ -103,7 +117,7 @@ class Network:
             result: tuple[IntArray, float] = (np.zeros(0, dtype=np.int64), 0.0)
         else:
             path = self._router(self, src, dst)
-            edges = [self.graph.edges[u, v] for u, v in zip(path, path[1:], strict=False)]
+            edges = [self.graph.edges[u, v] for u, v in pairwise(path)]
             result = (
                 np.array([int(e["channel"]) for e in edges], dtype=np.int64),
                 float(sum(float(e["latency_s"]) for e in edges)),
@@ -115,9 +129,68 @@ class Network:
         """The node path of a route, for display."""
         return [src] if src == dst else self._router(self, src, dst)
 
+    def routes(
+        self, srcs: Sequence[str] | IntArray, dsts: Sequence[str] | IntArray
+    ) -> tuple[IntArray, IntArray, FloatArray]:
+        """Routes of many transfers at once: ``(offsets, channels, latency_s)``.
+
+        ``srcs`` and ``dsts`` are device names or indices into :attr:`devices`, pairwise. Transfer
+        ``i`` crosses ``channels[offsets[i]:offsets[i + 1]]`` (CSR) and its path latency is
+        ``latency_s[i]``. Each distinct pair is routed once and cached like :meth:`route`.
+        """
+        src_names = self._names(srcs)
+        dst_names = self._names(dsts)
+        if len(src_names) != len(dst_names):
+            raise TopologyError(f"routes: {len(src_names)} sources but {len(dst_names)} destinations")
+        n = len(src_names)
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        latency = np.zeros(n, dtype=np.float64)
+        parts: list[IntArray] = []
+        for i, (s, d) in enumerate(zip(src_names, dst_names, strict=True)):
+            channels, latency[i] = self.route(s, d)
+            offsets[i + 1] = offsets[i] + len(channels)
+            parts.append(channels)
+        flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return offsets, flat.astype(np.int64, copy=False), latency
+
+    def _names(self, items: Sequence[str] | IntArray) -> list[str]:
+        if isinstance(items, np.ndarray):
+            if items.dtype.kind not in "iu":
+                raise TopologyError("routes: device arrays must hold integer device indices")
+            bad = items[(items < 0) | (items >= len(self.devices))]
+            if bad.size:
+                raise TopologyError(f"device index {int(bad[0])} out of range 0..{len(self.devices) - 1}")
+            return [self.devices[i] for i in items.tolist()]
+        return [str(x) for x in items]
+
+    def routing_tables(self, tie_break: TieBreak = "first") -> RoutingTables:
+        """The cached next-hop tables of this network under a tie-break rule (built on first use)."""
+        tables = self._routing_tables.get(tie_break)
+        if tables is None:
+            tables = RoutingTables(self.graph, tie_break, name=self.name)
+            self._routing_tables[tie_break] = tables
+        return tables
+
 
 def shortest_hop_route(net: Network, src: str, dst: str) -> list[str]:
-    """Fewest hops, then lowest total latency; ties broken by node insertion order (stable)."""
+    """Fewest hops, then lowest total latency; ties go to the first neighbour by insertion order.
+
+    The default router: destination-based and ECMP-free (see :mod:`parplan.topology.routing`).
+    """
+    return [str(n) for n in net.routing_tables("first").path(src, dst)]
+
+
+def spread_route(net: Network, src: str, dst: str) -> list[str]:
+    """Like :func:`shortest_hop_route`, but equal next hops are chosen by destination index mod
+    their count (D-mod-k), which spreads fat-tree up-paths over aggregation and core switches."""
+    return [str(n) for n in net.routing_tables("spread").path(src, dst)]
+
+
+def networkx_route(net: Network, src: str, dst: str) -> list[str]:
+    """A plain networkx Dijkstra on ``1 + latency`` weights: slow, with networkx's own tie-breaking.
+
+    Kept as a simple pluggable alternative and a cross-check of hop counts and latencies.
+    """
     g = net.graph
     for end in (src, dst):
         if end not in g:

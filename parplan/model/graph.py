@@ -1,0 +1,261 @@
+"""A model spec as a DAG of layers: parameters, forward FLOPs and activation sizes per node.
+
+:func:`build_model` expands a generator (``transformer``, ``mlp``) into nodes or takes the explicit
+nodes and edges (a chain in file order when no edges are given), rejects cycles and unknown node ids,
+and returns a :class:`ModelGraph` whose order is a topological order that keeps file order wherever
+the edges allow.
+
+Transformer sizing (GPT-style decoder; ``h`` hidden, ``S`` sequence length, ``V`` vocabulary, ``a``
+heads, ``f`` FFN multiplier, ``b`` bytes per activation element; all per sample, i.e. per sequence):
+
+- ``embedding``: ``V*h + S*h`` parameters (token and learned position embeddings), no matmul FLOPs.
+- ``block{i}``: ``(4 + 2f) h^2`` matmul weights (QKV, output projection, two FFN matrices) plus
+  ``(9 + f) h`` biases and layer-norm weights: ``12 h^2 + 13 h`` at ``f = 4``. Forward FLOPs
+  ``2 (4 + 2f) h^2 S + 4 S^2 h`` (the matmuls, then attention scores ``QK^T`` and context ``AV``).
+- ``head``: ``V*h`` parameters unless the embeddings are tied (then 0 parameters: it reuses the
+  embedding matrix, whose gradient the embedding node already counts), forward FLOPs ``2 V h S``.
+
+For ``layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257`` this gives 1.315 B parameters,
+the GPT-3 "XL" (1.3B) model; :func:`transformer_params` is the closed form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+import networkx as nx
+
+from parplan.config.model import MLPGenerator, ModelNodeSpec, ModelSpec, TransformerGenerator
+from parplan.errors import ModelError
+
+
+@dataclass(frozen=True, eq=False)
+class ModelGraph:
+    """The layers of a model as a DAG, in a stable topological order, with totals.
+
+    ``graph`` has one node per layer id with attributes ``params``, ``forward_flops_per_sample``,
+    ``activation_bytes_per_sample``, ``saved_bytes_per_sample`` and ``position`` (index in
+    ``order``); an edge ``u -> v`` means ``v`` consumes ``u``'s output activation.
+    """
+
+    spec: ModelSpec
+    graph: nx.DiGraph
+    order: tuple[str, ...]
+    nodes: tuple[ModelNodeSpec, ...]
+    sequence_length: int | None
+    _by_id: dict[str, ModelNodeSpec] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {n.id: n for n in self.nodes})
+
+    @property
+    def name(self) -> str:
+        """The model's name from its spec."""
+        return self.spec.name
+
+    def node(self, node_id: str) -> ModelNodeSpec:
+        """The spec of one node; :class:`ModelError` if there is none of that id."""
+        try:
+            return self._by_id[node_id]
+        except KeyError:
+            raise ModelError(f"model {self.spec.name!r} has no node {node_id!r}") from None
+
+    def _position(self, node_id: str) -> int:
+        return int(self.graph.nodes[node_id]["position"])
+
+    @property
+    def edges(self) -> tuple[tuple[str, str], ...]:
+        """Edges ``(producer, consumer)`` ordered by producer then consumer position."""
+        pos = {n: i for i, n in enumerate(self.order)}
+        return tuple(sorted(self.graph.edges, key=lambda e: (pos[e[0]], pos[e[1]])))
+
+    def predecessors(self, node_id: str) -> tuple[str, ...]:
+        """Nodes whose output ``node_id`` consumes, in order."""
+        self.node(node_id)
+        return tuple(sorted(self.graph.predecessors(node_id), key=self._position))
+
+    def successors(self, node_id: str) -> tuple[str, ...]:
+        """Nodes that consume ``node_id``'s output, in order."""
+        self.node(node_id)
+        return tuple(sorted(self.graph.successors(node_id), key=self._position))
+
+    @property
+    def total_params(self) -> float:
+        """Parameters of the whole model."""
+        return float(sum(n.params for n in self.nodes))
+
+    @property
+    def forward_flops_per_sample(self) -> float:
+        """Forward FLOPs of one sample (one sequence for a transformer) through the whole model."""
+        return float(sum(n.forward_flops_per_sample for n in self.nodes))
+
+    @property
+    def saved_activation_bytes_per_sample(self) -> float:
+        """Activation bytes held for backward by one sample across all nodes."""
+        return float(sum(n.saved_bytes_per_sample for n in self.nodes))
+
+    @property
+    def param_bytes(self) -> float:
+        """Bytes of the weights (``bytes_per_param`` each)."""
+        return self.total_params * self.spec.bytes_per_param
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes of the gradients (``bytes_per_grad`` each)."""
+        return self.total_params * self.spec.bytes_per_grad
+
+    @property
+    def optimizer_bytes(self) -> float:
+        """Bytes of the optimizer state (``optimizer_bytes_per_param`` per parameter)."""
+        return self.total_params * self.spec.optimizer_bytes_per_param
+
+
+def build_model(spec: ModelSpec) -> ModelGraph:
+    """The :class:`ModelGraph` of a model spec (generator expanded, explicit graph checked)."""
+    gen = spec.generator
+    sequence_length: int | None = None
+    if isinstance(gen, TransformerGenerator):
+        nodes = transformer_nodes(gen, spec.bytes_per_activation_element)
+        edges = _chain(nodes)
+        sequence_length = gen.sequence_length
+    elif isinstance(gen, MLPGenerator):
+        nodes = mlp_nodes(gen, spec.bytes_per_activation_element)
+        edges = _chain(nodes)
+    else:
+        if not spec.nodes:
+            raise ModelError(f"model {spec.name!r} has neither nodes nor a generator")
+        nodes = list(spec.nodes)
+        edges = list(spec.edges) if spec.edges is not None else _chain(nodes)
+    graph = nx.DiGraph()
+    for n in nodes:
+        if n.id in graph:
+            raise ModelError(f"model {spec.name!r}: node id {n.id!r} is used twice")
+        graph.add_node(n.id)
+    for a, b in edges:
+        for end in (a, b):
+            if end not in graph:
+                raise ModelError(f"model {spec.name!r}: edge [{a}, {b}] names unknown node {end!r}")
+        graph.add_edge(a, b)
+    try:
+        cycle = nx.find_cycle(graph)
+    except nx.NetworkXNoCycle:
+        pass
+    else:
+        path = " -> ".join([*(u for u, _ in cycle), cycle[0][0]])
+        raise ModelError(f"model {spec.name!r}: the edges form a cycle: {path}")
+    position = {n.id: i for i, n in enumerate(nodes)}
+    order = tuple(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
+    by_id = {n.id: n for n in nodes}
+    for i, node_id in enumerate(order):
+        n = by_id[node_id]
+        graph.nodes[node_id].update(
+            params=n.params,
+            forward_flops_per_sample=n.forward_flops_per_sample,
+            activation_bytes_per_sample=n.activation_bytes_per_sample,
+            saved_bytes_per_sample=n.saved_bytes_per_sample,
+            position=i,
+        )
+    return ModelGraph(
+        spec=spec,
+        graph=graph,
+        order=order,
+        nodes=tuple(by_id[i] for i in order),
+        sequence_length=sequence_length,
+    )
+
+
+def _chain(nodes: list[ModelNodeSpec]) -> list[tuple[str, str]]:
+    return [(a.id, b.id) for a, b in pairwise(nodes)]
+
+
+def block_matmul_params(gen: TransformerGenerator) -> float:
+    """Matmul weights of one transformer block: ``(4 + 2f) h^2``."""
+    return (4.0 + 2.0 * gen.ffn_multiplier) * gen.hidden**2
+
+
+def block_params(gen: TransformerGenerator) -> float:
+    """Parameters of one transformer block: ``(4 + 2f) h^2 + (9 + f) h`` (``12h^2 + 13h`` at f=4).
+
+    The ``h`` terms: QKV and projection biases (4h), FFN biases (fh + h), two layer norms (4h).
+    """
+    return block_matmul_params(gen) + (9.0 + gen.ffn_multiplier) * gen.hidden
+
+
+def block_saved_activation_bytes(gen: TransformerGenerator, bytes_per_element: float = 2.0) -> float:
+    """Activation bytes one transformer block keeps for backward, per sample (sequence).
+
+    Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022),
+    eq. 1: ``s b h (34 + 5 a s / h)`` bytes per layer for micro-batch ``b`` with 16-bit activations
+    and 1-byte dropout masks, no tensor/sequence parallelism and no recomputation. Per sample
+    (``b = 1``) that is ``S h (34 + 5 a S / h)``, scaled here by ``bytes_per_element / 2`` so fp32
+    activations double it (the masks are scaled too: a slight overestimate).
+    """
+    h, s, a = gen.hidden, gen.sequence_length, gen.heads
+    return s * h * (34.0 + 5.0 * a * s / h) * bytes_per_element / 2.0
+
+
+def transformer_params(gen: TransformerGenerator) -> float:
+    """Closed-form parameter count: ``L * block + V h + S h (+ V h untied)``."""
+    embedding = (gen.vocabulary + gen.sequence_length) * gen.hidden
+    head = 0 if gen.tie_embeddings else gen.vocabulary * gen.hidden
+    return gen.layers * block_params(gen) + embedding + head
+
+
+def transformer_nodes(gen: TransformerGenerator, bytes_per_element: float = 2.0) -> list[ModelNodeSpec]:
+    """``embedding``, ``block0 .. block{L-1}``, ``head`` sized as in the module docstring.
+
+    Activations sent on are ``S h`` elements (the hidden states); the head's output is the logits,
+    ``S V`` elements. Saved for backward: a block keeps :func:`block_saved_activation_bytes`; the
+    embedding keeps its dropout mask (``S h`` bytes at 16-bit scale); the head keeps its input and
+    the logits for the softmax cross-entropy (``S h + S V`` elements).
+    """
+    h, s, v = gen.hidden, gen.sequence_length, gen.vocabulary
+    hidden_states = s * h * bytes_per_element
+    nodes = [
+        ModelNodeSpec(
+            id="embedding",
+            params=float((v + s) * h),
+            forward_flops_per_sample=0.0,
+            activation_bytes_per_sample=hidden_states,
+            saved_activation_bytes_per_sample=s * h * bytes_per_element / 2.0,
+        )
+    ]
+    flops = 2.0 * block_matmul_params(gen) * s + 4.0 * s * s * h
+    saved = block_saved_activation_bytes(gen, bytes_per_element)
+    for i in range(gen.layers):
+        nodes.append(
+            ModelNodeSpec(
+                id=f"block{i}",
+                params=block_params(gen),
+                forward_flops_per_sample=flops,
+                activation_bytes_per_sample=hidden_states,
+                saved_activation_bytes_per_sample=saved,
+            )
+        )
+    nodes.append(
+        ModelNodeSpec(
+            id="head",
+            params=0.0 if gen.tie_embeddings else float(v * h),
+            forward_flops_per_sample=2.0 * v * h * s,
+            activation_bytes_per_sample=s * v * bytes_per_element,
+            saved_activation_bytes_per_sample=(s * h + s * v) * bytes_per_element,
+        )
+    )
+    return nodes
+
+
+def mlp_nodes(gen: MLPGenerator, bytes_per_element: float = 2.0) -> list[ModelNodeSpec]:
+    """``fc0 ..`` between consecutive widths: ``in*out (+out)`` params, ``2*in*out`` FLOPs per sample,
+    ``out`` activation elements sent on (and, by default, kept for backward)."""
+    nodes = []
+    for i, (w_in, w_out) in enumerate(pairwise(gen.widths)):
+        nodes.append(
+            ModelNodeSpec(
+                id=f"fc{i}",
+                params=float(w_in * w_out + (w_out if gen.bias else 0)),
+                forward_flops_per_sample=2.0 * w_in * w_out,
+                activation_bytes_per_sample=w_out * bytes_per_element,
+            )
+        )
+    return nodes
