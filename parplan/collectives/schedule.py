@@ -8,6 +8,15 @@ execution. Arrays, not objects, because a ring all-reduce at p = 4096 has 33 mil
 
 The dependency lists are stored CSR-style: the deps of step ``i`` are
 ``dep_indices[dep_offsets[i]:dep_offsets[i + 1]]``.
+
+Dtypes: element counts and step indices (``offset``, ``length``, ``dep_offsets``, ``dep_indices``)
+are int64; rank ids (``src``, ``dst``) are int32 and ``phase`` is int8, which keeps a ring
+all-reduce at p = 4096 (33.5 M steps) near 1.4 GB instead of 1.9 GB. The constructor converts
+any integer arrays it is given to these dtypes.
+
+Data layout conventions of the collectives: a ``reduce_scatter`` leaves rank ``r`` with chunk ``r``
+of :func:`chunk_bounds` ``(num_elements, num_ranks)`` fully reduced; an ``all_gather`` starts with
+rank ``r`` holding only that chunk; ``reduce`` and ``broadcast`` use the whole tensor at ``root``.
 """
 
 from __future__ import annotations
@@ -18,7 +27,42 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+RankArray = npt.NDArray[np.int32]
+PhaseArray = npt.NDArray[np.int8]
 BoolArray = npt.NDArray[np.bool_]
+
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast")
+"""The collectives a schedule may compute."""
+
+_DTYPES: dict[str, type] = {
+    "src": np.int32,
+    "dst": np.int32,
+    "offset": np.int64,
+    "length": np.int64,
+    "reduce": np.bool_,
+    "dep_offsets": np.int64,
+    "dep_indices": np.int64,
+    "phase": np.int8,
+}
+
+
+def chunk_bounds(num_elements: int, num_chunks: int) -> IntArray:
+    """Offsets of ``num_chunks`` contiguous chunks of near-equal size (``num_chunks + 1`` entries).
+
+    The first ``num_elements % num_chunks`` chunks hold one element more than the others, so sizes
+    differ by at most one and chunks may be empty when there are fewer elements than chunks.
+
+    >>> chunk_bounds(10, 4).tolist()
+    [0, 3, 6, 8, 10]
+    """
+    if num_chunks < 1:
+        raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
+    base, extra = divmod(num_elements, num_chunks)
+    sizes = np.full(num_chunks, base, dtype=np.int64)
+    sizes[:extra] += 1
+    bounds = np.zeros(num_chunks + 1, dtype=np.int64)
+    np.cumsum(sizes, out=bounds[1:])
+    return bounds
 
 
 @dataclass(frozen=True, eq=False)
@@ -35,19 +79,21 @@ class Schedule:
     collective: str
     num_ranks: int
     num_elements: int
-    src: IntArray
-    dst: IntArray
+    src: RankArray
+    dst: RankArray
     offset: IntArray
     length: IntArray
     reduce: BoolArray
     dep_offsets: IntArray
     dep_indices: IntArray
-    phase: IntArray
+    phase: PhaseArray
     phase_names: tuple[str, ...] = ("all",)
     root: int | None = None
     meta: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name, dtype in _DTYPES.items():
+            object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
         n = len(self.src)
         for name in ("dst", "offset", "length", "reduce", "phase"):
             if len(getattr(self, name)) != n:
@@ -63,3 +109,42 @@ class Schedule:
     def deps(self, step: int) -> IntArray:
         """The steps that must complete before ``step`` starts."""
         return self.dep_indices[self.dep_offsets[step] : self.dep_offsets[step + 1]]
+
+    @property
+    def dep_counts(self) -> IntArray:
+        """How many dependencies each step has."""
+        return np.diff(self.dep_offsets)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the step arrays, in bytes."""
+        return sum(int(getattr(self, name).nbytes) for name in _DTYPES)
+
+    def validate(self) -> None:
+        """Check the structure (vectorised): ranks and ranges in bounds, no self-sends, every
+        dependency an earlier step. Raises ``ValueError`` naming the first offending step."""
+        n = self.num_steps
+        p, size = self.num_ranks, self.num_elements
+        if self.collective not in COLLECTIVES:
+            raise ValueError(f"unknown collective {self.collective!r}; valid: {', '.join(COLLECTIVES)}")
+        checks: list[tuple[str, BoolArray]] = [
+            ("src out of range", (self.src < 0) | (self.src >= p)),
+            ("dst out of range", (self.dst < 0) | (self.dst >= p)),
+            ("sends to itself", self.src == self.dst),
+            ("negative range", (self.offset < 0) | (self.length < 0)),
+            ("range past the tensor", self.offset + self.length > size),
+            ("unknown phase", (self.phase < 0) | (self.phase >= len(self.phase_names))),
+        ]
+        for what, bad in checks:
+            if bad.any():
+                raise ValueError(f"step {int(np.argmax(bad))}: {what}")
+        counts = self.dep_counts
+        if self.dep_offsets[0] != 0 or (counts < 0).any() or self.dep_offsets[-1] != len(self.dep_indices):
+            raise ValueError("dep_offsets must start at 0, never decrease and end at len(dep_indices)")
+        step_of = np.repeat(np.arange(n, dtype=np.int64), counts)
+        bad = (self.dep_indices < 0) | (self.dep_indices >= step_of)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(
+                f"step {int(step_of[i])} depends on step {int(self.dep_indices[i])}, which is not earlier"
+            )

@@ -1,0 +1,392 @@
+"""The data plane: run a Schedule on real numpy arrays, one per rank, and prove it right.
+
+:func:`run_schedule` executes the steps in index order (a topological order) on copies of the
+inputs and checks, step by step, that the schedule is sound *as a DAG*, not only as a sequence:
+
+- **Exact dependencies.** For every element a step sends, the steps whose writes make up the
+  sender's current value (the last overwrite of it and every reduction into it since) must all be
+  in the step's dependency list. With ``exact_deps=True`` (the default) every listed dependency
+  must also be needed: either such a writer, or a step that read or wrote elements this step
+  overwrites or adds into (an anti-dependency, as buffer reuse needs; two reductions into the
+  same elements commute and need none). So the engine, which only sees the dependencies, cannot
+  start a send before its data exists, and sees no false serialisation.
+- **Contributions.** Each (rank, element) carries a bitmask of the ranks whose input it contains.
+  A step may not send an element its sender holds nothing of (e.g. an all-gather chunk not yet
+  received), a reduction may not add a contribution the receiver already has (double counting),
+  and at the end every output element must hold exactly the contributions the collective defines
+  (all ``p`` for an all-reduce, exactly once each).
+- **No races** (schedules of at most ``race_check_limit`` steps): every write to an element must
+  come after, in the dependency order, each earlier read of it and its last overwrite (two
+  reductions into the same element commute and may run concurrently). With this, every execution
+  order the dependencies allow computes the same result as the index order checked here.
+
+Any violation raises :class:`~parplan.errors.CollectiveError` naming the step. Elements are
+tracked in *atoms*, the maximal ranges no step boundary cuts, so the bookkeeping costs per step,
+not per element.
+
+Bytes moved are counted per rank (sent, received, reduced into), per step and per phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from parplan.collectives.schedule import IntArray, Schedule, chunk_bounds
+from parplan.errors import CollectiveError
+
+Op = Literal["sum", "mean"]
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """What a run produced: the final array of every rank and the bytes it moved.
+
+    ``bytes_sent[r]`` / ``bytes_received[r]`` count rank ``r``'s outgoing / incoming step payloads;
+    ``bytes_reduced[r]`` the part of ``bytes_received[r]`` it added into its copy (gamma work).
+    ``race_checked`` says whether the schedule was small enough for the race check.
+    """
+
+    arrays: list[np.ndarray]
+    element_size_bytes: int
+    bytes_sent: IntArray
+    bytes_received: IntArray
+    bytes_reduced: IntArray
+    step_bytes: IntArray
+    phase_bytes: dict[str, int]
+    race_checked: bool
+
+
+def output_region(schedule: Schedule, rank: int) -> tuple[int, int] | None:
+    """The element range ``[lo, hi)`` of ``rank``'s final array the collective defines, or None.
+
+    All-reduce, all-gather and broadcast define every rank's whole tensor, reduce only the root's,
+    reduce-scatter rank ``r``'s chunk ``r`` of ``chunk_bounds(n, p)``.
+    """
+    n, p = schedule.num_elements, schedule.num_ranks
+    if schedule.collective == "reduce":
+        return (0, n) if rank == schedule.root else None
+    if schedule.collective == "reduce_scatter":
+        bounds = chunk_bounds(n, p)
+        return int(bounds[rank]), int(bounds[rank + 1])
+    return 0, n
+
+
+def reference_outputs(
+    schedule: Schedule, arrays: Sequence[np.ndarray], *, op: Op = "sum"
+) -> list[np.ndarray | None]:
+    """What each rank's :func:`output_region` must hold, computed directly from the inputs.
+
+    Integer sums are taken in the inputs' dtype (wrapping like the data plane's additions, so the
+    comparison stays exact); means divide by ``p`` in float64 for integers.
+    """
+    p, n = schedule.num_ranks, schedule.num_elements
+    stack = np.stack([np.asarray(a) for a in arrays]) if p else np.zeros((0, n))
+    if schedule.collective in REDUCING:
+        total = np.add.reduce(stack, axis=0, dtype=stack.dtype)
+        if op == "mean":
+            total = total / p if np.issubdtype(stack.dtype, np.integer) else total / stack.dtype.type(p)
+        full = total
+    elif schedule.collective == "all_gather":
+        bounds = chunk_bounds(n, p)
+        full = np.concatenate([stack[r, bounds[r] : bounds[r + 1]] for r in range(p)])
+    else:
+        full = stack[schedule.root if schedule.root is not None else 0]
+    out: list[np.ndarray | None] = []
+    for r in range(p):
+        region = output_region(schedule, r)
+        out.append(None if region is None else full[region[0] : region[1]].copy())
+    return out
+
+
+def _bit(rank: int, words: int) -> npt.NDArray[np.uint64]:
+    row = np.zeros(words, dtype=np.uint64)
+    row[rank // 64] = np.uint64(1) << np.uint64(rank % 64)
+    return row
+
+
+def _ranks_in(mask_row: npt.NDArray[np.uint64]) -> list[int]:
+    out: list[int] = []
+    for w, word in enumerate(mask_row.tolist()):
+        out.extend(w * 64 + b for b in range(64) if (int(word) >> b) & 1)
+    return out
+
+
+def run_schedule(
+    schedule: Schedule,
+    arrays: Sequence[np.ndarray],
+    *,
+    op: Op = "sum",
+    element_size_bytes: int | None = None,
+    exact_deps: bool = True,
+    race_check_limit: int = 20_000,
+) -> RunResult:
+    """Run ``schedule`` on one 1-D array per rank (inputs are not modified) and check it.
+
+    ``op="mean"`` divides the reduced outputs by ``p`` (integers become float64); it only applies
+    to reducing collectives. ``element_size_bytes`` defaults to the arrays' item size.
+    For ``all_gather`` rank ``r``'s input matters only in its chunk ``r``; for ``broadcast``
+    only the root's input matters.
+    """
+    p, n = schedule.num_ranks, schedule.num_elements
+    if op not in ("sum", "mean"):
+        raise CollectiveError(f"op must be 'sum' or 'mean', got {op!r}")
+    if op == "mean" and schedule.collective not in REDUCING:
+        raise CollectiveError(f"op='mean' applies to reducing collectives, not {schedule.collective}")
+    if len(arrays) != p:
+        raise CollectiveError(f"{schedule.algorithm} has {p} ranks but {len(arrays)} arrays were given")
+    data = [np.array(a, copy=True) for a in arrays]
+    dtypes = {a.dtype for a in data}
+    if len(dtypes) > 1:
+        raise CollectiveError(f"all ranks' arrays must share one dtype, got {sorted(map(str, dtypes))}")
+    for r, a in enumerate(data):
+        if a.ndim != 1 or len(a) != n:
+            raise CollectiveError(f"rank {r}'s array has shape {a.shape}, want ({n},)")
+        if not np.issubdtype(a.dtype, np.number):
+            raise CollectiveError(f"rank {r}'s array has non-numeric dtype {a.dtype}")
+    itemsize = data[0].dtype.itemsize if data else 8
+    element_size = itemsize if element_size_bytes is None else int(element_size_bytes)
+    try:
+        schedule.validate()
+    except ValueError as exc:
+        raise CollectiveError(f"{schedule.algorithm}: malformed schedule: {exc}") from None
+    if schedule.collective in ("reduce", "broadcast") and schedule.root is None:
+        raise CollectiveError(f"a {schedule.collective} schedule needs a root")
+
+    _execute(schedule, data, exact_deps=exact_deps, race_check=schedule.num_steps <= race_check_limit)
+
+    if op == "mean":
+        for r in range(p):
+            region = output_region(schedule, r)
+            if np.issubdtype(data[r].dtype, np.integer):
+                data[r] = data[r].astype(np.float64)
+            if region is not None:
+                data[r][region[0] : region[1]] /= data[r].dtype.type(p)
+
+    step_bytes: IntArray = schedule.length * element_size
+    weights = step_bytes.astype(np.float64)
+    sent = np.bincount(schedule.src, weights=weights, minlength=p).astype(np.int64)
+    received = np.bincount(schedule.dst, weights=weights, minlength=p).astype(np.int64)
+    reduced = np.bincount(schedule.dst, weights=weights * schedule.reduce, minlength=p).astype(np.int64)
+    per_phase = np.bincount(schedule.phase, weights=weights, minlength=len(schedule.phase_names))
+    return RunResult(
+        arrays=data,
+        element_size_bytes=element_size,
+        bytes_sent=sent,
+        bytes_received=received,
+        bytes_reduced=reduced,
+        step_bytes=step_bytes,
+        phase_bytes={name: int(per_phase[i]) for i, name in enumerate(schedule.phase_names)},
+        race_checked=schedule.num_steps <= race_check_limit,
+    )
+
+
+def _execute(schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool, race_check: bool) -> None:
+    """Run the steps in index order with every check of the module docstring."""
+    p, n = schedule.num_ranks, schedule.num_elements
+    name = schedule.algorithm
+    offset, length = schedule.offset, schedule.length
+    ends = offset + length
+    # Chunk bounds matter only where the output or input layout is per-rank chunks.
+    layout = chunk_bounds(n, p) if schedule.collective in ("reduce_scatter", "all_gather") else [0]
+    breaks = np.unique(np.concatenate([[0, n], layout, offset, ends]))
+    atom_lo_arr = np.searchsorted(breaks, offset)
+    atom_hi_arr = np.searchsorted(breaks, ends)
+    atoms = len(breaks) - 1
+    words = (p + 63) // 64
+
+    mask = np.zeros((p, max(atoms, 0), words), dtype=np.uint64)
+    collective = schedule.collective
+    if collective in REDUCING:
+        for r in range(p):
+            mask[r, :] = _bit(r, words)
+    elif collective == "all_gather":
+        bounds = np.searchsorted(breaks, chunk_bounds(n, p))
+        for r in range(p):
+            mask[r, bounds[r] : bounds[r + 1]] = _bit(r, words)
+    else:
+        mask[schedule.root or 0, :] = _bit(schedule.root or 0, words)
+    last_overwrite = np.full((p, atoms), -1, dtype=np.int64)
+    reductions = np.zeros((p, atoms), dtype=np.int64)
+
+    src_l = schedule.src.tolist()
+    dst_l = schedule.dst.tolist()
+    off_l = offset.tolist()
+    end_l = ends.tolist()
+    alo_l = atom_lo_arr.tolist()
+    ahi_l = atom_hi_arr.tolist()
+    red_l = schedule.reduce.tolist()
+    dep_off = schedule.dep_offsets.tolist()
+    dep_all = schedule.dep_indices.tolist()
+
+    ancestors: list[int] = []
+    readers: dict[int, list[int]] = {}
+    reducers: dict[int, list[int]] = {}
+
+    for j in range(schedule.num_steps):
+        s, d = src_l[j], dst_l[j]
+        lo, hi = alo_l[j], ahi_l[j]
+        deps = dep_all[dep_off[j] : dep_off[j + 1]]
+
+        # Exact dependencies: every live writer of the sent data is a dependency (and, when exact,
+        # every dependency is one).
+        live = (last_overwrite[s, lo:hi] >= 0).astype(np.int64) + reductions[s, lo:hi]
+        got = np.zeros(hi - lo, dtype=np.int64)
+        if exact_deps and len(set(deps)) != len(deps):
+            raise CollectiveError(f"{name}: step {j} lists a dependency twice: {deps}")
+        for x in set(deps):
+            xlo, xhi = max(alo_l[x], lo), min(ahi_l[x], hi)
+            is_live = x >= last_overwrite[s, xlo:xhi] if dst_l[x] == s and xlo < xhi else None
+            if is_live is not None and is_live.any():
+                got[xlo - lo : xhi - lo] += is_live
+            elif exact_deps and not (
+                xlo < xhi and (src_l[x] == d or (dst_l[x] == d and not (red_l[x] and red_l[j])))
+            ):
+                raise CollectiveError(
+                    f"{name}: step {j} depends on step {x}, which neither wrote data it sends nor used "
+                    f"data it writes (spurious dependency)"
+                )
+        missing = got < live
+        if missing.any():
+            atom = lo + int(np.argmax(missing))
+            writer = _live_writers(schedule, atom_lo_arr, atom_hi_arr, j, s, atom, last_overwrite[s, atom])
+            lost = [w for w in writer if w not in deps]
+            raise CollectiveError(
+                f"{name}: step {j} (rank {s} -> {d}) sends elements [{int(breaks[atom])}, "
+                f"{int(breaks[atom + 1])}) written by step(s) {lost} but does not depend on them "
+                f"(missing dependency)"
+            )
+
+        if race_check:
+            anc = 0
+            for x in deps:
+                anc |= ancestors[x] | (1 << x)
+            ancestors.append(anc)
+            _check_races(name, j, s, d, lo, hi, bool(red_l[j]), anc, atoms, last_overwrite, readers, reducers)
+
+        # Contributions and data.
+        sent_mask = mask[s, lo:hi]
+        if lo < hi and not sent_mask.any(axis=1).all():
+            atom = lo + int(np.argmin(sent_mask.any(axis=1)))
+            raise CollectiveError(
+                f"{name}: step {j} sends elements [{int(breaks[atom])}, {int(breaks[atom + 1])}) "
+                f"that rank {s} has not received yet"
+            )
+        a, b = off_l[j], end_l[j]
+        if red_l[j]:
+            recv_mask = mask[d, lo:hi]
+            twice = recv_mask & sent_mask
+            if twice.any():
+                atom = int(np.nonzero(twice.any(axis=1))[0][0])
+                ranks = _ranks_in(twice[atom])
+                raise CollectiveError(
+                    f"{name}: step {j} adds rank(s) {ranks[:5]}'s contribution to elements "
+                    f"[{int(breaks[lo + atom])}, {int(breaks[lo + atom + 1])}) of rank {d} a second time"
+                )
+            recv_mask |= sent_mask
+            data[d][a:b] += data[s][a:b]
+            reductions[d, lo:hi] += 1
+        else:
+            mask[d, lo:hi] = sent_mask
+            data[d][a:b] = data[s][a:b]
+            last_overwrite[d, lo:hi] = j
+            reductions[d, lo:hi] = 0
+
+    _check_final(schedule, mask, breaks)
+
+
+def _live_writers(
+    schedule: Schedule, atom_lo: IntArray, atom_hi: IntArray, step: int, rank: int, atom: int, overwrite: int
+) -> list[int]:
+    """Steps before ``step`` whose writes into ``rank``'s ``atom`` make up its current value."""
+    earlier = np.arange(step)
+    hit = (schedule.dst[:step] == rank) & (atom_lo[:step] <= atom) & (atom_hi[:step] > atom)
+    hit &= earlier >= overwrite
+    return [int(x) for x in earlier[hit]]
+
+
+def _check_races(
+    name: str,
+    j: int,
+    s: int,
+    d: int,
+    lo: int,
+    hi: int,
+    reduce: bool,
+    anc: int,
+    atoms: int,
+    last_overwrite: IntArray,
+    readers: dict[int, list[int]],
+    reducers: dict[int, list[int]],
+) -> None:
+    """Check step ``j`` is ordered after every conflicting earlier access, then record its own."""
+
+    def ordered(x: int) -> bool:
+        return bool((anc >> x) & 1)
+
+    for atom in range(lo, hi):
+        key = s * atoms + atom
+        ow = int(last_overwrite[s, atom])
+        for x in ([ow] if ow >= 0 else []) + reducers.get(key, []):
+            if not ordered(x):
+                raise CollectiveError(
+                    f"{name}: step {j} reads data of rank {s} that step {x} writes, unordered"
+                )
+        readers.setdefault(key, []).append(j)
+    for atom in range(lo, hi):
+        key = d * atoms + atom
+        ow = int(last_overwrite[d, atom])
+        conflicting = ([ow] if ow >= 0 else []) + readers.get(key, [])
+        if not reduce:
+            conflicting += reducers.get(key, [])
+        for x in conflicting:
+            if not ordered(x):
+                raise CollectiveError(
+                    f"{name}: race: step {j} writes data of rank {d} that step {x} also uses, and "
+                    f"neither depends on the other"
+                )
+        if reduce:
+            reducers.setdefault(key, []).append(j)
+        else:
+            readers[key] = []
+            reducers[key] = []
+
+
+def _check_final(schedule: Schedule, mask: npt.NDArray[np.uint64], breaks: IntArray) -> None:
+    """Every output element holds exactly the contributions the collective defines."""
+    p, n = schedule.num_ranks, schedule.num_elements
+    words = mask.shape[2]
+    full = np.zeros(words, dtype=np.uint64)
+    for r in range(p):
+        full |= _bit(r, words)
+    owner_chunks = np.searchsorted(breaks, chunk_bounds(n, p))
+    for r in range(p):
+        region = output_region(schedule, r)
+        if region is None:
+            continue
+        if schedule.collective == "all_gather":
+            want = np.zeros_like(mask[r])
+            for c in range(p):
+                want[owner_chunks[c] : owner_chunks[c + 1]] = _bit(c, words)
+            lo_atom = 0
+        elif schedule.collective == "broadcast":
+            want = np.broadcast_to(_bit(schedule.root or 0, words), mask[r].shape)
+            lo_atom = 0
+        else:
+            lo_atom, hi_atom = (int(x) for x in np.searchsorted(breaks, region))
+            want = np.broadcast_to(full, (hi_atom - lo_atom, words))
+        have = mask[r, lo_atom : lo_atom + len(want)]
+        bad = (have != want).any(axis=1)
+        if bad.any():
+            atom = lo_atom + int(np.argmax(bad))
+            held = _ranks_in(have[atom - lo_atom])
+            raise CollectiveError(
+                f"{schedule.algorithm}: rank {r} ends with elements [{int(breaks[atom])}, "
+                f"{int(breaks[atom + 1])}) holding the contributions of {len(held)} rank(s) "
+                f"{held[:8]}{'...' if len(held) > 8 else ''}, not what a {schedule.collective} defines"
+            )

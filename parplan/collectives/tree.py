@@ -1,0 +1,201 @@
+"""Tree collectives: k-ary tree all-reduce, and tree (binomial or k-ary) reduce and broadcast.
+
+A tree is a parent array over positions ``0 .. m-1`` with the root at position 0; position ``v``
+is rank ``ranks[v]``. The tensor is cut into ``segments`` contiguous segments that travel
+independently, which is what pipelining means here: a node forwards segment ``g`` as soon as its
+children's segment ``g`` has arrived, while segment ``g + 1`` may still be on its way up.
+
+- Reduce, per segment: every non-root node sends its segment to its parent, which adds it in. The
+  send depends on exactly the steps that reduced into that node's segment (its children's sends).
+- Broadcast, per segment: the root sends to its children (depending on whatever last wrote the
+  root's segment), and every other node forwards what it received from its parent (one dependency).
+
+The k-ary tree is the heap layout (parent of ``v`` is ``(v - 1) // k``); the binomial tree clears
+the lowest set bit (parent of ``v`` is ``v & (v - 1)``), giving depth ``ceil(log2 m)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from parplan.collectives._build import StepBuffer, check_sizes
+from parplan.collectives.schedule import Schedule, chunk_bounds
+from parplan.errors import CollectiveError
+
+TREE_PHASES = ("reduce", "broadcast")
+
+
+def kary_parents(size: int, arity: int) -> list[int]:
+    """Heap-layout k-ary tree on ``size`` positions: parent of ``v`` is ``(v - 1) // arity``."""
+    return [-1] + [(v - 1) // arity for v in range(1, size)]
+
+
+def binomial_parents(size: int) -> list[int]:
+    """Binomial tree on ``size`` positions: parent of ``v`` is ``v`` with its lowest set bit cleared."""
+    return [-1] + [v & (v - 1) for v in range(1, size)]
+
+
+def depths(parents: Sequence[int]) -> list[int]:
+    """Depth of every position of a tree rooted at position 0 (raises if ``parents`` is no such tree)."""
+    size = len(parents)
+    if size == 0 or parents[0] != -1:
+        raise CollectiveError("a tree needs position 0 as its root")
+    depth = [-1] * size
+    depth[0] = 0
+    for v in range(size):
+        path = []
+        u = v
+        while depth[u] < 0:
+            path.append(u)
+            u = parents[u]
+            if not 0 <= u < size or len(path) > size:
+                raise CollectiveError(f"parent array is not a tree rooted at 0 (at position {v})")
+        for w in reversed(path):
+            depth[w] = depth[parents[w]] + 1
+    return depth
+
+
+def children_counts(parents: Sequence[int]) -> list[int]:
+    """How many children each position has."""
+    counts = [0] * len(parents)
+    for u in parents[1:]:
+        counts[u] += 1
+    return counts
+
+
+def emit_tree_reduce(
+    buf: StepBuffer,
+    ranks: Sequence[int],
+    parents: Sequence[int],
+    bounds: Sequence[int],
+    phase: int,
+) -> list[list[int]]:
+    """Append the reduce steps of every segment; returns, per segment, the steps that reduced into
+    the root (what a following broadcast or ring must wait for)."""
+    depth = depths(parents)
+    order = sorted(range(1, len(parents)), key=lambda v: -depth[v])
+    segments = len(bounds) - 1
+    into_root: list[list[int]] = []
+    for g in range(segments):
+        offset, length = int(bounds[g]), int(bounds[g + 1] - bounds[g])
+        into: list[list[int]] = [[] for _ in parents]
+        for v in order:
+            u = parents[v]
+            into[u].append(buf.add(ranks[v], ranks[u], offset, length, True, phase, into[v]))
+        into_root.append(into[0])
+    return into_root
+
+
+def emit_tree_broadcast(
+    buf: StepBuffer,
+    ranks: Sequence[int],
+    parents: Sequence[int],
+    bounds: Sequence[int],
+    phase: int,
+    root_writers: Sequence[Sequence[int]] | None = None,
+) -> None:
+    """Append the broadcast steps of every segment. ``root_writers[g]`` are the steps that wrote
+    the root's segment ``g`` (none when the root starts with the data)."""
+    depth = depths(parents)
+    order = sorted(range(1, len(parents)), key=lambda v: depth[v])
+    for g in range(len(bounds) - 1):
+        offset, length = int(bounds[g]), int(bounds[g + 1] - bounds[g])
+        received = [-1] * len(parents)
+        for v in order:
+            u = parents[v]
+            deps = (root_writers[g] if root_writers is not None else ()) if u == 0 else (received[u],)
+            received[v] = buf.add(ranks[u], ranks[v], offset, length, False, phase, deps)
+
+
+def _check_tree_params(num_ranks: int, root: int, arity: int | None, segments: int) -> None:
+    if arity is not None and arity < 2:
+        raise CollectiveError(f"tree arity must be >= 2, got {arity}")
+    if segments < 1:
+        raise CollectiveError(f"segments must be >= 1, got {segments}")
+    if not 0 <= root < num_ranks:
+        raise CollectiveError(f"root {root} is not a rank of a {num_ranks}-rank collective")
+
+
+def _layout(num_ranks: int, root: int, arity: int | None) -> tuple[list[int], list[int], str]:
+    parents = binomial_parents(num_ranks) if arity is None else kary_parents(num_ranks, arity)
+    ranks = [(v + root) % num_ranks for v in range(num_ranks)]
+    return ranks, parents, "binomial" if arity is None else f"{arity}-ary"
+
+
+def _meta(
+    ranks: list[int], parents: list[int], shape: str, segments: int, arity: int | None
+) -> dict[str, object]:
+    parent_rank = [-1] * len(ranks)
+    for v in range(1, len(ranks)):
+        parent_rank[ranks[v]] = ranks[parents[v]]
+    return {
+        "shape": shape,
+        "arity": arity if arity is not None else 2,
+        "segments": segments,
+        "parents": tuple(parent_rank),
+    }
+
+
+def tree_all_reduce(num_ranks: int, num_elements: int, *, arity: int = 2, segments: int = 1) -> Schedule:
+    """Reduce up a k-ary tree rooted at rank 0, then broadcast back down; ``segments`` pipelines.
+
+    >>> s = tree_all_reduce(7, 10, arity=2)
+    >>> s.num_steps, s.meta["parents"]
+    (12, (-1, 0, 0, 1, 1, 2, 2))
+    """
+    check_sizes(num_ranks, num_elements)
+    _check_tree_params(num_ranks, 0, arity, segments)
+    ranks, parents, shape = _layout(num_ranks, 0, arity)
+    bounds = chunk_bounds(num_elements, segments).tolist()
+    buf = StepBuffer()
+    into_root = emit_tree_reduce(buf, ranks, parents, bounds, 0)
+    emit_tree_broadcast(buf, ranks, parents, bounds, 1, into_root)
+    return buf.build(
+        algorithm="tree",
+        collective="all_reduce",
+        num_ranks=num_ranks,
+        num_elements=num_elements,
+        phase_names=TREE_PHASES,
+        root=0,
+        meta=_meta(ranks, parents, shape, segments, arity),
+    )
+
+
+def tree_reduce(
+    num_ranks: int, num_elements: int, *, root: int = 0, arity: int | None = None, segments: int = 1
+) -> Schedule:
+    """Reduce to ``root`` up a binomial tree (``arity=None``) or a k-ary tree."""
+    check_sizes(num_ranks, num_elements)
+    _check_tree_params(num_ranks, root, arity, segments)
+    ranks, parents, shape = _layout(num_ranks, root, arity)
+    buf = StepBuffer()
+    emit_tree_reduce(buf, ranks, parents, chunk_bounds(num_elements, segments).tolist(), 0)
+    return buf.build(
+        algorithm="tree",
+        collective="reduce",
+        num_ranks=num_ranks,
+        num_elements=num_elements,
+        phase_names=("reduce",),
+        root=root,
+        meta=_meta(ranks, parents, shape, segments, arity),
+    )
+
+
+def tree_broadcast(
+    num_ranks: int, num_elements: int, *, root: int = 0, arity: int | None = None, segments: int = 1
+) -> Schedule:
+    """Broadcast from ``root`` down a binomial tree (``arity=None``) or a k-ary tree."""
+    check_sizes(num_ranks, num_elements)
+    _check_tree_params(num_ranks, root, arity, segments)
+    ranks, parents, shape = _layout(num_ranks, root, arity)
+    buf = StepBuffer()
+    emit_tree_broadcast(buf, ranks, parents, chunk_bounds(num_elements, segments).tolist(), 0)
+    return buf.build(
+        algorithm="tree",
+        collective="broadcast",
+        num_ranks=num_ranks,
+        num_elements=num_elements,
+        phase_names=("broadcast",),
+        root=root,
+        meta=_meta(ranks, parents, shape, segments, arity),
+    )
