@@ -1,0 +1,121 @@
+"""Where ``simulate`` and ``compare-strategies`` put their results: stdout, files, per-plan files.
+
+- :func:`check_outputs`: ``-`` (stdout) may be used by one machine-readable output only, and
+  picture outputs need matplotlib; both are checked before any simulation runs.
+- :func:`emit`: write text to stdout (``-``) or atomically to a file, and say so on stderr unless
+  ``--quiet``; a file that cannot be written is a :class:`~parplan.errors.ConfigError` naming it.
+- :func:`per_plan_paths`: ``--trace FILE`` / ``--plot FILE`` with several plans write one file per
+  plan, the plan name inserted before the suffix: ``out.json`` -> ``out.dp-ring.json``; with one
+  plan the file is ``FILE`` itself.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import typer
+
+from parplan.cli.common import STATE, console
+from parplan.errors import ConfigError, Issue
+
+STDOUT = "-"
+"""The path that means standard output."""
+
+
+def check_outputs(
+    options: dict[str, str | None], *, files_only: Sequence[str] = (), pictures: Sequence[str] = ()
+) -> None:
+    """Usage checks on output options (``{"--json": value, ...}``): at most one goes to stdout,
+    ``files_only`` options need a file name, ``pictures`` need matplotlib (an error, exit code 1)."""
+    to_stdout = [name for name, value in options.items() if value == STDOUT]
+    if len(to_stdout) > 1:
+        raise typer.BadParameter(f"only one output can go to stdout ('-'), not {' and '.join(to_stdout)}")
+    for name in files_only:
+        if options.get(name) == STDOUT:
+            raise typer.BadParameter(f"{name} needs a file name, not '-'")
+    if any(options.get(name) is not None for name in pictures):
+        from parplan.report.plot import require_matplotlib
+
+        require_matplotlib()
+
+
+def stdout_taken(options: dict[str, str | None]) -> bool:
+    """Whether a machine-readable output goes to stdout (then the tables are not printed)."""
+    return any(value == STDOUT for value in options.values())
+
+
+def emit(path: str, data: str | bytes, what: str) -> None:
+    """Write ``data`` to stdout (``-``) or atomically to ``path``; report ``wrote <what> <path>``."""
+    if path == STDOUT:
+        if isinstance(data, bytes):
+            sys.stdout.buffer.write(data)
+        else:
+            sys.stdout.write(data)
+        sys.stdout.flush()
+        return
+    write_file(path, lambda target: _write(target, data))
+    wrote(what, path)
+
+
+def _write(target: str, data: str | bytes) -> None:
+    from parplan.report.output import write_atomic
+
+    write_atomic(target, data)
+
+
+def write_file(path: str, writer: Callable[[str], None]) -> None:
+    """Run ``writer(path)``, turning an OSError into a ConfigError that names the file."""
+    if Path(path).is_dir():
+        raise ConfigError(Issue(path, "", "is a directory; give a file name"))
+    try:
+        writer(path)
+    except OSError as exc:
+        raise ConfigError(Issue(path, "", f"cannot write: {exc.strerror or exc}")) from None
+
+
+def wrote(what: str, path: str) -> None:
+    """``wrote <what> <path>`` on stderr, unless --quiet."""
+    if not STATE.quiet:
+        console(stderr=True).print(f"wrote {what} {path}", style="dim")
+
+
+def warn(message: str) -> None:
+    """A yellow warning on stderr, unless --quiet."""
+    if not STATE.quiet:
+        from rich.text import Text
+
+        console(stderr=True).print(Text("warning: ", style="bold yellow") + Text(message))
+
+
+def slug(name: str) -> str:
+    """A plan name made safe for a file name.
+
+    >>> slug("ring[algorithm=tree:4]")
+    'ring_algorithm=tree_4_'
+    """
+    return re.sub(r"[^A-Za-z0-9._=+-]", "_", name) or "plan"
+
+
+def per_plan_paths(path: str, names: Sequence[str]) -> list[str]:
+    """One file per plan (see the module docstring); names that clash get ``-2``, ``-3``, ...
+
+    >>> per_plan_paths("out/trace.json", ["local", "dp-ring"])
+    ['out/trace.local.json', 'out/trace.dp-ring.json']
+    """
+    if len(names) == 1:
+        return [path]
+    p = Path(path)
+    suffix = p.suffix
+    stem = p.name[: -len(suffix)] if suffix else p.name
+    out: list[str] = []
+    for name in names:
+        candidate = str(p.with_name(f"{stem}.{slug(name)}{suffix}"))
+        n = 2
+        while candidate in out:
+            candidate = str(p.with_name(f"{stem}.{slug(name)}-{n}{suffix}"))
+            n += 1
+        out.append(candidate)
+    return out

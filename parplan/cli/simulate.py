@@ -1,0 +1,321 @@
+"""``parplan simulate SCENARIO``: time each plan of a scenario and say what bounds it.
+
+For each plan (or only those named with ``--plan``) the step is expanded into its task graph,
+simulated, and reported: a summary table, then per plan the split of the step into compute,
+exposed communication and idle time, throughput, the all-reduces' algbw/busbw, the busiest link,
+memory per device against capacity and the line saying what bounds the step; federated and
+population-based plans add their quality figures (loss per round, best score per generation).
+
+Knobs can be overridden without editing files (``--algorithm``, ``--replicas``,
+``--microbatches``, ``--schedule``, ``--bucket-size``, ``--overlap/--no-overlap``, and any other
+with ``--set knob=value``); each applies to the plans whose strategy has it.
+
+Outputs: ``--json FILE|-`` (schema :mod:`parplan.report.json_report`), ``--csv FILE|-``,
+``--trace FILE`` (Chrome trace, open in Perfetto) and ``--plot FILE`` (timeline picture, needs
+the ``plot`` extra). With several plans, ``--trace`` and ``--plot`` write one file per plan:
+``trace.json`` becomes ``trace.<plan>.json``. When ``-`` sends JSON or CSV to stdout the tables
+are not printed; with ``--quiet`` they are not printed when any output file is asked for.
+
+Exit codes: 0 when every plan was simulated (plans that do not fit in memory are marked, not
+errors); 1 for invalid input (bad file, unknown plan, bad override value, a plan that cannot be
+built, e.g. more replicas than devices) and for an infeasible request: a plan named with
+``--plan`` that does not fit in memory (the results are still printed and written first);
+2 for usage errors.
+"""
+
+from __future__ import annotations
+
+import functools
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from parplan.cli.common import EXIT_INVALID, STATE, console
+from parplan.cli.outputs import check_outputs, emit, per_plan_paths, stdout_taken, warn, write_file, wrote
+
+if TYPE_CHECKING:
+    from parplan.config.scenario import PlanSpec, ScenarioSpec
+    from parplan.plan.evaluate import PlanResult
+    from parplan.topology.network import Network
+
+
+class Schedule(StrEnum):
+    """Pipeline schedules."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+
+
+OPTION_OF_KNOB = {
+    "algorithm": "--algorithm",
+    "num_replicas": "--replicas",
+    "microbatches": "--microbatches",
+    "schedule": "--schedule",
+    "bucket_size": "--bucket-size",
+    "overlap": "--overlap",
+}
+"""The dedicated option of each knob (others come through ``--set``)."""
+
+
+def simulate(
+    scenario: Annotated[
+        Path,
+        typer.Argument(
+            help="Scenario file (.yaml, .yml, .toml or .json).", metavar="SCENARIO", show_default=False
+        ),
+    ],
+    plan: Annotated[
+        list[str] | None,
+        typer.Option("--plan", "-p", metavar="NAME", help="Simulate only this plan (repeat for several)."),
+    ] = None,
+    algorithm: Annotated[
+        str | None,
+        typer.Option(
+            "--algorithm",
+            "-a",
+            metavar="ALGO",
+            help="All-reduce algorithm of data-parallel plans: ring, tree:K, centralized, halving_doubling, "
+            "double_binary_tree, hierarchical.",
+        ),
+    ] = None,
+    replicas: Annotated[
+        int | None,
+        typer.Option("--replicas", "-r", min=1, metavar="N", help="Replicas of data-parallel plans."),
+    ] = None,
+    microbatches: Annotated[
+        int | None,
+        typer.Option(
+            "--microbatches", "-m", min=1, metavar="M", help="Micro-batches of pipeline and 2-D plans."
+        ),
+    ] = None,
+    schedule: Annotated[
+        Schedule | None, typer.Option("--schedule", help="Pipeline schedule of pipeline and 2-D plans.")
+    ] = None,
+    bucket_size: Annotated[
+        str | None,
+        typer.Option(
+            "--bucket-size", metavar="SIZE", help="Gradient bucket size of data-parallel plans, e.g. 25MiB."
+        ),
+    ] = None,
+    overlap: Annotated[
+        bool | None,
+        typer.Option(
+            "--overlap/--no-overlap",
+            help="Overlap gradient all-reduces with backward (data-parallel plans).",
+            show_default=False,
+        ),
+    ] = None,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            metavar="KNOB=VALUE",
+            help="Any other knob: num_clients, rounds, local_steps (federated); population_size, generations "
+            "(population-based); batch_split, reduce (data-parallel).",
+        ),
+    ] = None,
+    json_path: Annotated[
+        str | None, typer.Option("--json", metavar="FILE|-", help="Write the results as JSON ('-': stdout).")
+    ] = None,
+    csv_path: Annotated[
+        str | None, typer.Option("--csv", metavar="FILE|-", help="Write one CSV row per plan ('-': stdout).")
+    ] = None,
+    trace_path: Annotated[
+        str | None,
+        typer.Option(
+            "--trace",
+            metavar="FILE",
+            help="Write a Chrome trace of the step (ui.perfetto.dev); several plans: FILE.<plan>.json.",
+        ),
+    ] = None,
+    plot_path: Annotated[
+        str | None,
+        typer.Option(
+            "--plot", metavar="FILE", help="Draw the step's timeline (PNG, SVG or PDF; needs the plot extra)."
+        ),
+    ] = None,
+) -> None:
+    """Simulate the plans of a scenario and show what bounds each step.
+
+    Prints per plan the step time split into compute, exposed communication and idle time,
+    throughput, all-reduce algbw/busbw, the busiest link, memory per device against capacity
+    and what bounds the step. Exit code 0: done (plans that do not fit are marked); 1: invalid
+    input, or a plan named with --plan does not fit in memory; 2: usage error.
+    """
+    outputs = {"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path}
+    check_outputs(outputs, files_only=("--trace", "--plot"), pictures=("--plot",))
+
+    from parplan.config.loader import load_scenario
+
+    spec = load_scenario(scenario)
+    plans = select_plans(spec, plan or [])
+    overrides = collect_overrides(
+        algorithm=algorithm,
+        replicas=replicas,
+        microbatches=microbatches,
+        schedule=schedule.value if schedule is not None else None,
+        bucket_size=bucket_size,
+        overlap=overlap,
+        settings=settings or [],
+    )
+    warn_unused(overrides, plans)
+    network, results, failed = evaluate(spec, plans, overrides)
+
+    show_tables = not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values()))
+    if show_tables:
+        from parplan.report.tables import simulate_view
+
+        console().print(simulate_view(spec.name, spec.description, results, failed))
+    write_outputs(spec, str(scenario), network, results, failed, overrides, outputs)
+    finish(results, failed, explicit=bool(plan))
+
+
+def select_plans(spec: ScenarioSpec, names: list[str]) -> list[PlanSpec]:
+    """The scenario's plans, or those named (in the order named); an unknown name is an error."""
+    from parplan.errors import ParplanError
+
+    if not names:
+        return list(spec.plans)
+    by_name = {p.name: p for p in spec.plans}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ParplanError(
+            f"unknown plan {', '.join(repr(n) for n in unknown)}; the scenario's plans: {', '.join(by_name)}"
+        )
+    return [by_name[n] for n in dict.fromkeys(names)]
+
+
+def collect_overrides(
+    *,
+    algorithm: str | None,
+    replicas: int | None,
+    microbatches: int | None,
+    schedule: str | None,
+    bucket_size: str | None,
+    overlap: bool | None,
+    settings: list[str],
+) -> dict[str, Any]:
+    """The knobs given on the command line, checked, in a fixed order (dedicated options, then --set)."""
+    from parplan.errors import ParplanError
+    from parplan.plan.compare import parse_setting, parse_value
+
+    overrides: dict[str, Any] = {}
+    if algorithm is not None:
+        overrides["algorithm"] = parse_value("algorithm", algorithm, where="--algorithm")
+    if replicas is not None:
+        overrides["num_replicas"] = replicas
+    if microbatches is not None:
+        overrides["microbatches"] = microbatches
+    if schedule is not None:
+        overrides["schedule"] = schedule
+    if bucket_size is not None:
+        overrides["bucket_size"] = parse_value("bucket_size", bucket_size, where="--bucket-size")
+    if overlap is not None:
+        overrides["overlap"] = overlap
+    for text in settings:
+        knob, value = parse_setting(text)
+        if knob in overrides:
+            option = OPTION_OF_KNOB.get(knob, "--set")
+            raise ParplanError(f"--set {knob} given twice (or together with {option})")
+        overrides[knob] = value
+    return overrides
+
+
+def warn_unused(overrides: dict[str, Any], plans: list[PlanSpec]) -> None:
+    """Warn about knobs that change none of the plans simulated."""
+    from parplan.plan.compare import KNOBS, applies
+
+    for knob in overrides:
+        if not any(applies(knob, p) for p in plans):
+            option = OPTION_OF_KNOB.get(knob, f"--set {knob}")
+            kinds = " and ".join(KNOBS[knob])
+            warn(f"{option} changes none of the plans simulated (it applies to {kinds} plans)")
+
+
+def evaluate(
+    spec: ScenarioSpec, plans: list[PlanSpec], overrides: dict[str, Any]
+) -> tuple[Network, list[PlanResult], list[tuple[str, str]]]:
+    """Simulate each plan; a plan that cannot be built goes to the failed list with its error.
+
+    Returns the scenario's network too (traces name its links)."""
+    from parplan.errors import ParplanError
+    from parplan.plan.evaluate import build_context, evaluate_plan
+
+    ctx = build_context(spec)
+    results: list[PlanResult] = []
+    failed: list[tuple[str, str]] = []
+    for p in plans:
+        try:
+            results.append(evaluate_plan(ctx, p, overrides=overrides or None))
+        except ParplanError as exc:
+            failed.append((p.name, str(exc)))
+    return ctx.network, results, failed
+
+
+def write_outputs(
+    spec: ScenarioSpec,
+    scenario_file: str,
+    network: Network,
+    results: list[PlanResult],
+    failed: list[tuple[str, str]],
+    overrides: dict[str, Any],
+    outputs: dict[str, str | None],
+) -> None:
+    """JSON, CSV, traces and timelines, as asked."""
+    json_path, csv_path = outputs["--json"], outputs["--csv"]
+    if json_path or csv_path:
+        from parplan.report.json_report import dumps, scenario_info, simulate_document
+
+        document = simulate_document(
+            scenario_info(spec.name, spec.description, scenario_file),
+            results,
+            overrides=overrides,
+            failed=failed,
+        )
+        if json_path:
+            emit(json_path, dumps(document), "JSON")
+        if csv_path:
+            from parplan.report.csv_report import document_csv
+
+            emit(csv_path, document_csv(document), "CSV")
+    names = [r.name for r in results]
+    trace_path = outputs["--trace"]
+    if trace_path and results:
+        for r, path in zip(results, per_plan_paths(trace_path, names), strict=True):
+            write_file(path, functools.partial(write_trace, r, network))
+            wrote(f"trace of {r.name}", path)
+    plot_path = outputs["--plot"]
+    if plot_path and results:
+        from parplan.report.plot import plot_timeline
+
+        for r, path in zip(results, per_plan_paths(plot_path, names), strict=True):
+            write_file(path, functools.partial(plot_timeline, r))
+            wrote(f"timeline of {r.name}", path)
+
+
+def write_trace(result: PlanResult, network: Network, path: str | Path) -> None:
+    """The Chrome trace of one simulated plan (written atomically by the trace writer)."""
+    from parplan.errors import ParplanError
+    from parplan.report.output import atomic_target
+    from parplan.report.trace import write_chrome_trace
+
+    if result.graph is None or result.sim is None:
+        raise ParplanError(f"plan {result.name} has no timeline to trace")
+    with atomic_target(path) as tmp:  # also keeps /dev/null and FIFOs what they are
+        write_chrome_trace(result.sim, result.graph, network, tmp)
+
+
+def finish(results: list[PlanResult], failed: list[tuple[str, str]], *, explicit: bool) -> None:
+    """Exit 1 after reporting plans that could not be built, or named plans that do not fit."""
+    from rich.text import Text
+
+    err = console(stderr=True)
+    problems = [f"plan {name}: {error}" for name, error in failed]
+    if explicit:
+        problems += [f"plan {r.name} does not fit: {r.infeasible_reason}" for r in results if not r.fits]
+    for line in problems:
+        err.print(Text("error: ", style="bold red") + Text(line))
+    if problems:
+        raise typer.Exit(EXIT_INVALID)
