@@ -13,45 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from parplan.collectives._build import StepBuffer, check_sizes
+from parplan.collectives._build import StepBuffer, check_sizes, resolve_groups
 from parplan.collectives.ring import ring_block, ring_final_writers
 from parplan.collectives.schedule import Schedule, chunk_bounds
 from parplan.collectives.tree import binomial_parents, emit_tree_broadcast, emit_tree_reduce
-from parplan.errors import CollectiveError
 
 HIERARCHICAL_PHASES = ("intra_reduce", "inter_reduce_scatter", "inter_all_gather", "intra_broadcast")
 
-
-def resolve_groups(
-    num_ranks: int, groups: Sequence[Sequence[int]] | None = None, group_size: int | None = None
-) -> list[list[int]]:
-    """The groups to use: consecutive blocks of ``group_size`` ranks if given, else ``groups``
-    (validated to partition the ranks), else one group of all ranks.
-
-    >>> resolve_groups(5, group_size=2)
-    [[0, 1], [2, 3], [4]]
-    """
-    if group_size is not None:
-        if group_size < 1:
-            raise CollectiveError(f"group_size must be >= 1, got {group_size}")
-        return [list(range(s, min(s + group_size, num_ranks))) for s in range(0, num_ranks, group_size)]
-    if groups is None:
-        return [list(range(num_ranks))]
-    out = [[int(r) for r in g] for g in groups]
-    seen: set[int] = set()
-    for i, g in enumerate(out):
-        if not g:
-            raise CollectiveError(f"group {i} is empty")
-        for r in g:
-            if not 0 <= r < num_ranks:
-                raise CollectiveError(f"group {i} names rank {r}, outside 0..{num_ranks - 1}")
-            if r in seen:
-                raise CollectiveError(f"rank {r} is in more than one group")
-            seen.add(r)
-    if len(seen) != num_ranks:
-        missing = sorted(set(range(num_ranks)) - seen)
-        raise CollectiveError(f"groups must cover every rank; missing {missing[:10]}")
-    return out
+__all__ = ["HIERARCHICAL_PHASES", "hierarchical_all_reduce", "resolve_groups"]
 
 
 def hierarchical_all_reduce(

@@ -67,8 +67,10 @@ def build_schedule(
     short form such as ``"ring"`` or ``"tree:4"``) for ``num_ranks`` ranks and ``num_elements``.
 
     ``groups`` (lists of ranks, e.g. one per node) is used by ``hierarchical`` when its spec gives
-    no ``group_size``; other algorithms ignore it. Raises :class:`CollectiveError` for an unknown
-    algorithm (listing the valid ones) or impossible parameters.
+    no ``group_size``, and by ``ring`` to lay its channels' rings out node by node (and, with
+    ``channels`` unset, to pick one ring per device of the largest node); other algorithms ignore
+    it. Raises :class:`CollectiveError` for an unknown algorithm (listing the valid ones) or
+    impossible parameters.
     """
     if isinstance(algorithm, str | dict):
         raw = algorithm if isinstance(algorithm, str) else algorithm.get("name")
@@ -83,6 +85,6 @@ def build_schedule(
     if name not in ALGORITHMS:
         raise _unknown(str(name))
     params: dict[str, Any] = algorithm.model_dump(exclude={"name"}, by_alias=False)
-    if name == "hierarchical":
+    if name in ("hierarchical", "ring"):
         params["groups"] = groups
     return ALGORITHMS[name](num_ranks, num_elements, **params)

@@ -13,6 +13,21 @@ Steps are laid out round by round, ``p`` per round, so step ``k`` is rank ``k mo
 round ``k // p``, and for every ``k >= p`` the single dependency is
 ``k - p - 1 + p * [k mod p == 0]`` (the previous round's send of the left neighbour). No Python
 loop runs per step: a ring of 4096 ranks (33.5 M steps) builds in seconds.
+
+**Channels** (NCCL's word): the all-reduce may run ``C`` rings at once, each on its own contiguous
+part of the tensor (``chunk_bounds(n, C)``), as NCCL does to use every NIC of a node. With rank
+``groups`` (the ranks of each node), every ring visits the groups in the order given and the
+members of a group consecutively, so a ring crosses between nodes once per node and all its other
+hops stay inside a node (NVLink / NVSwitch). Ring ``c`` starts each group at member ``c mod m``
+(``m`` its size), so the rank that leaves a node, and with one NIC per device the NIC its traffic
+takes, is a different one for every channel: ``m`` channels on nodes of ``m`` devices use all
+``m`` NICs of every node, where one ring uses one. Without groups (or with groups of one rank)
+the rings all run ``0 -> 1 -> ... -> p-1`` and channels only split the tensor. Each ring is the
+vectorised block above, offset by the steps of the rings before it; rings on disjoint parts of
+the tensor need no dependency between them.
+
+>>> ring_orders(6, 3, [[0, 1, 2], [3, 4, 5]])
+[[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3], [2, 0, 1, 5, 3, 4]]
 """
 
 from __future__ import annotations
@@ -21,10 +36,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from parplan.collectives._build import AnyIntArray, check_sizes, make_schedule, merge_csr
+from parplan.collectives._build import AnyIntArray, check_sizes, make_schedule, merge_csr, resolve_groups
 from parplan.collectives.schedule import IntArray, Schedule, chunk_bounds
+from parplan.errors import CollectiveError
 
 RING_PHASES = ("reduce_scatter", "all_gather")
+
+AUTO_CHANNEL_STEP_BUDGET = 1 << 25
+"""Most steps an automatic channel count may give a ring all-reduce: the 33.5 M steps of one ring
+at p = 4096, so ``channels=None`` never builds a schedule larger than one ring at the largest size
+supported; past it fewer channels are used (a schedule costs about 42 bytes per step)."""
 
 
 def ring_block(
@@ -124,14 +145,102 @@ def _ring_schedule(num_ranks: int, num_elements: int, collective: str, rs: bool,
     )
 
 
-def ring_all_reduce(num_ranks: int, num_elements: int) -> Schedule:
-    """Ring all-reduce: reduce-scatter then all-gather, 2(p-1) rounds of p concurrent sends.
+def ring_channels(
+    num_ranks: int, channels: int | None = None, groups: Sequence[Sequence[int]] | None = None
+) -> int:
+    """How many rings a ring all-reduce runs: ``channels`` when given, else (automatic) one per
+    member of the largest group when ``groups`` are given and it has more than one (one ring per
+    local GPU, as NCCL runs on a DGX node), else 1. The automatic count is lowered, if need be,
+    so the schedule has at most :data:`AUTO_CHANNEL_STEP_BUDGET` steps.
+
+    >>> ring_channels(16, None, [list(range(8)), list(range(8, 16))]), ring_channels(16), ring_channels(16, 3)
+    (8, 1, 3)
+    """
+    if channels is not None:
+        if channels < 1:
+            raise CollectiveError(f"ring channels must be >= 1, got {channels}")
+        return int(channels)
+    if not groups:
+        return 1
+    largest = max(len(g) for g in groups)
+    per_ring = 2 * (num_ranks - 1) * num_ranks
+    return max(1, min(largest, AUTO_CHANNEL_STEP_BUDGET // per_ring if per_ring else largest))
+
+
+def ring_orders(
+    num_ranks: int, channels: int = 1, groups: Sequence[Sequence[int]] | None = None
+) -> list[list[int]]:
+    """The rank order of each channel's ring: ``0 .. p-1`` without groups, else the groups in the
+    order given, each rotated to start at its member ``c mod len(group)`` for channel ``c``.
+    Raises :class:`CollectiveError` when ``groups`` do not partition the ranks."""
+    if groups is None:
+        return [list(range(num_ranks))] * channels
+    resolved = resolve_groups(num_ranks, groups)
+    return [[r for g in resolved for r in (g[c % len(g) :] + g[: c % len(g)])] for c in range(channels)]
+
+
+def ring_all_reduce(
+    num_ranks: int,
+    num_elements: int,
+    *,
+    channels: int | None = 1,
+    groups: Sequence[Sequence[int]] | None = None,
+) -> Schedule:
+    """Ring all-reduce: reduce-scatter then all-gather, 2(p-1) rounds of p concurrent sends, on
+    each of ``channels`` rings (None: automatic, see :func:`ring_channels`) carrying its own part
+    of the tensor, over the rank orders of :func:`ring_orders` (``groups``: the ranks of each node).
+
+    ``meta`` records ``channels``, the tensor part of each (``channel_bounds``: step ``k`` belongs
+    to the channel whose part holds ``offset[k]``) and each ring's rank order (``rings``).
 
     >>> s = ring_all_reduce(4, 8)
     >>> s.num_steps, s.phase_names
     (24, ('reduce_scatter', 'all_gather'))
+    >>> ring_all_reduce(4, 8, channels=2, groups=[[0, 1], [2, 3]]).meta["rings"]
+    ((0, 1, 2, 3), (1, 0, 3, 2))
     """
-    return _ring_schedule(num_ranks, num_elements, "all_reduce", True, True)
+    check_sizes(num_ranks, num_elements)
+    p = num_ranks
+    count = ring_channels(p, channels, groups)
+    orders = ring_orders(p, count, groups)
+    parts = chunk_bounds(num_elements, count)
+    # Every ring has the same number of steps and dependencies; each block is written into its
+    # slice of the whole as soon as it is built, so the peak is the schedule plus one ring. One
+    # channel (the case that must stay lean at p = 4096) uses its block as is.
+    columns: dict[str, np.ndarray] = {}
+    counts: AnyIntArray = np.zeros(0, dtype=np.int8)
+    deps: IntArray = np.zeros(0, dtype=np.int64)
+    for c, order in enumerate(orders):
+        bounds = chunk_bounds(int(parts[c + 1] - parts[c]), p) + parts[c]
+        block, block_counts, block_deps = ring_block(np.asarray(order, dtype=np.int32), bounds, 0)
+        if count == 1:
+            columns, counts, deps = block, block_counts, block_deps
+            break
+        steps, edges = len(block_counts), len(block_deps)
+        if not c:
+            columns = {k: np.empty(count * steps, dtype=v.dtype) for k, v in block.items()}
+            counts = np.empty(count * steps, dtype=block_counts.dtype)
+            deps = np.empty(count * edges, dtype=np.int64)
+        for k, v in block.items():
+            columns[k][c * steps : (c + 1) * steps] = v
+        counts[c * steps : (c + 1) * steps] = block_counts
+        np.add(block_deps, c * steps, out=deps[c * edges : (c + 1) * edges])
+    return make_schedule(
+        columns,
+        counts,
+        deps,
+        algorithm="ring",
+        collective="all_reduce",
+        num_ranks=p,
+        num_elements=num_elements,
+        phase_names=RING_PHASES,
+        meta={
+            "chunks": p,
+            "channels": count,
+            "channel_bounds": tuple(int(x) for x in parts),
+            "rings": tuple(tuple(o) for o in orders),
+        },
+    )
 
 
 def ring_reduce_scatter(num_ranks: int, num_elements: int) -> Schedule:

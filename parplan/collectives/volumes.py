@@ -4,7 +4,9 @@ These are derived from each algorithm's definition, not from its schedule, so te
 data plane's byte counts against them. Headline figures, for ``p`` ranks and ``n`` elements:
 
 - ring: ``2 (p-1)/p n`` per rank in each direction when ``p`` divides ``n`` (with uneven chunks,
-  rank r sends ``2n - c_r - c_{r+1}`` and receives ``2n - c_{r-1} - c_r``, c = chunk sizes);
+  rank r sends ``2n - c_r - c_{r+1}`` and receives ``2n - c_{r-1} - c_r``, c = chunk sizes); with
+  ``C`` channels the same per ring on its part ``n_c`` of the tensor, summed over the rings, so
+  ``2 (p-1)/p n`` again up to chunk rounding;
 - centralized: ``(p-1) n`` into the root and ``(p-1) n`` out of it, ``n`` each way elsewhere;
 - tree / double binary tree / hierarchical: ``n`` (or a half) up and down per tree edge;
 - halving-doubling: ``2 (p'-1)/p' n`` per participant for ``p'`` a power of two dividing ``n``,
@@ -22,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from parplan.collectives._build import resolve_groups
 from parplan.collectives.double_binary_tree import double_binary_trees
-from parplan.collectives.hierarchical import resolve_groups
+from parplan.collectives.ring import ring_channels
 from parplan.collectives.schedule import IntArray, chunk_bounds
 from parplan.config.algorithms import parse_algorithm
 from parplan.errors import CollectiveError
@@ -36,13 +39,33 @@ def allreduce_total_lower_bound(num_ranks: int, num_elements: int) -> int:
     return 2 * (num_ranks - 1) * num_elements
 
 
-def ring_traffic(num_ranks: int, num_elements: int) -> Traffic:
-    """Per-rank (sent, received) elements of the ring all-reduce."""
-    c = np.diff(chunk_bounds(num_elements, num_ranks))
-    if num_ranks == 1:
-        return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    sent = 2 * num_elements - c - np.roll(c, -1)
-    received = 2 * num_elements - np.roll(c, 1) - c
+def ring_traffic(
+    num_ranks: int, num_elements: int, *, channels: int = 1, groups: Sequence[Sequence[int]] | None = None
+) -> Traffic:
+    """Per-rank (sent, received) elements of the ring all-reduce on ``channels`` rings.
+
+    Ring ``c`` all-reduces part ``c`` of ``chunk_bounds(n, channels)`` over its rank order: ranks
+    ``0 .. p-1`` without ``groups``, else the groups in order, each rotated to start at its member
+    ``c mod len(group)`` (the layout of :mod:`parplan.collectives.ring`, restated here so the
+    tests check the schedule against its definition). The rank at ring position ``i`` sends
+    ``2 n_c - c_i - c_{i+1}`` and receives ``2 n_c - c_{i-1} - c_i`` (``c`` its ring's chunks).
+    """
+    p = num_ranks
+    sent = np.zeros(p, dtype=np.int64)
+    received = np.zeros(p, dtype=np.int64)
+    if p == 1:
+        return sent, received
+    members = None if groups is None else resolve_groups(p, groups)
+    parts = np.diff(chunk_bounds(num_elements, channels))
+    for c, part in enumerate(parts.tolist()):
+        order = (
+            list(range(p))
+            if members is None
+            else [g[(c + i) % len(g)] for g in members for i in range(len(g))]
+        )
+        chunks = np.diff(chunk_bounds(part, p))
+        sent[order] += 2 * part - chunks - np.roll(chunks, -1)
+        received[order] += 2 * part - np.roll(chunks, 1) - chunks
     return sent, received
 
 
@@ -70,7 +93,7 @@ def expected_traffic(
     spec = parse_algorithm(algorithm) if isinstance(algorithm, str | dict) else algorithm
     p, n = num_ranks, num_elements
     if spec.name == "ring":
-        return ring_traffic(p, n)
+        return ring_traffic(p, n, channels=ring_channels(p, spec.channels, groups), groups=groups)
     if spec.name == "centralized":
         per = np.full(p, n, dtype=np.int64)
         per[spec.root] = (p - 1) * n

@@ -40,11 +40,19 @@ def random_groups(draw: st.DrawFn, p: int) -> list[list[int]]:
 
 @st.composite
 def algorithm_specs(draw: st.DrawFn, name: str, p: int) -> tuple[dict[str, Any], list[list[int]] | None]:
-    """A spec mapping for ``name`` with random parameters, plus groups for hierarchical."""
+    """A spec mapping for ``name`` with random parameters, plus groups for hierarchical and ring."""
     if name == "centralized":
         return {"name": name, "root": draw(st.integers(0, p - 1))}, None
     if name == "tree":
         return {"name": name, "arity": draw(st.integers(2, 5)), "segments": draw(st.integers(1, 4))}, None
+    if name == "ring":
+        # Channels multiply the steps; stay within the data plane's race-check limit, and quick.
+        limit = max(1, 10_000 // max(1, 2 * (p - 1) * p))
+        groups = draw(random_groups(p)) if draw(st.booleans()) else None
+        auto = max((len(g) for g in groups), default=1) if groups else 1
+        choices = st.integers(1, min(4, limit))
+        channels = draw(st.one_of(st.none(), choices) if auto <= limit else choices)
+        return ({"name": name} if channels is None else {"name": name, "channels": channels}), groups
     if name == "hierarchical":
         if draw(st.booleans()):
             return {"name": name, "group_size": draw(st.integers(1, p))}, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from parplan.collectives.registry import ALGORITHMS, DEFAULT_ALGORITHM, build_schedule
@@ -29,6 +30,12 @@ def test_parameters_reach_the_builder() -> None:
     assert build_schedule("tree:4", 9, 30).meta["arity"] == 4
     assert build_schedule("centralized:3", 9, 30).root == 3
     assert build_schedule("hierarchical:4", 9, 30).meta["leaders"] == (0, 4, 8)
+    assert build_schedule("ring:3", 9, 30).meta["channels"] == 3
+    nodes = [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert build_schedule("ring", 9, 30, groups=nodes).meta["channels"] == 4  # auto: one per device
+    assert build_schedule("ring", 9, 30).meta["channels"] == 1  # auto without nodes
+    second_ring = np.asarray(build_schedule("ring:2", 9, 30, groups=nodes).meta["rings"])[1]
+    assert second_ring.tolist() == [1, 2, 3, 0, 5, 6, 7, 4, 8]
 
 
 def test_unknown_name_lists_the_valid_ones() -> None:
@@ -44,7 +51,9 @@ def test_unknown_name_lists_the_valid_ones() -> None:
     ("spec", "groups", "message"),
     [
         ("tree:1", None, "greater than or equal to 2"),
-        ("ring:3", None, "takes no parameter"),
+        ("halving_doubling:3", None, "takes no parameter"),
+        ("ring:0", None, "greater than or equal to 1"),
+        ("ring", [[0, 1], [2]], r"missing \[3\]"),
         ("centralized:9", None, "root 9 is not a rank"),
         ("hierarchical", [[0, 1], [1, 2, 3]], "rank 1 is in more than one group"),
         ("hierarchical", [[0, 1], [3]], r"missing \[2\]"),

@@ -147,7 +147,9 @@ def allreduce_buckets(
 
     n = len(devices)
     groups = None
-    if algorithm.name == "hierarchical" and getattr(algorithm, "group_size", None) is None:
+    if algorithm.name == "ring" or (
+        algorithm.name == "hierarchical" and getattr(algorithm, "group_size", None) is None
+    ):  # ring: one ring per device of a node, each leaving the node through its own NIC
         groups = groups_by_node(ctx.network, list(devices))
     element_bytes = ctx.model_spec.bytes_per_grad
     schedules: dict[int, Any] = {}
