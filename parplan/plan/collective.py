@@ -1,0 +1,269 @@
+"""Lowering a collective :class:`~parplan.collectives.schedule.Schedule` into task-graph work.
+
+Each schedule step becomes one TRANSFER task (rank ``src``'s device to rank ``dst``'s device,
+``length x element_bytes`` bytes, reducing when the step reduces), appended as one numpy block, with
+the step's dependencies offset to task ids. Around them:
+
+- optional per-rank *ready* markers when ``rank_deps`` is given: rank ``r``'s contribution is ready
+  once ``rank_deps[r]`` (and the collective-wide ``deps``) are done. A step waits for the ready
+  marker of every rank whose own data it reads: its sender, and its receiver when it reduces. The
+  marker is attached only where no direct dependency already implies it (a dependency that itself
+  reads the same rank's data), so a ring gets one edge per rank and step, not a quadratic fan-in.
+- per-rank *done* markers: rank ``r`` is done when every step into ``r`` is done (it holds its
+  result); the marker depends only on the steps into ``r`` that no other step into ``r`` depends on.
+  Every step goes into some rank, so the rank markers together cover the whole collective.
+- one collective-wide ``done`` marker joining the rank markers.
+
+Without ``rank_deps``, the collective-wide ``deps`` go on the steps that have no dependency of their
+own (every other step depends on those transitively).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from parplan.collectives.schedule import Schedule
+from parplan.errors import PlanError
+from parplan.plan.taskgraph import MARKER, TRANSFER, TaskGraph, TaskGraphBuilder
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class CollectiveTasks:
+    """Where a lowered collective sits in the task graph.
+
+    ``first_task`` .. ``first_task + num_steps - 1`` are the transfers, in schedule step order;
+    ``rank_ready`` (empty without ``rank_deps``) and ``rank_done`` are marker ids per rank and
+    ``done`` is the marker that ends the collective.
+    """
+
+    first_task: int
+    num_steps: int
+    rank_ready: tuple[int, ...]
+    rank_done: tuple[int, ...]
+    done: int
+
+    def step_task(self, step: int) -> int:
+        """The task id of schedule step ``step``."""
+        return self.first_task + step
+
+
+def lower_schedule(
+    builder: TaskGraphBuilder,
+    schedule: Schedule,
+    devices: Sequence[str],
+    *,
+    element_bytes: float,
+    deps: Sequence[int] = (),
+    rank_deps: Sequence[Sequence[int]] | None = None,
+    category: str = "allreduce",
+    label: str | None = None,
+) -> CollectiveTasks:
+    """Append ``schedule`` on ``devices`` (rank ``r`` on ``devices[r]``) to ``builder``.
+
+    Labels are ``"{label}:{phase}"`` per schedule phase (label defaults to the algorithm name).
+    Raises :class:`PlanError` when the devices do not match the ranks or a dependency is invalid.
+    """
+    p = schedule.num_ranks
+    if len(devices) != p:
+        raise PlanError(f"{schedule.algorithm} has {p} ranks but {len(devices)} devices were given")
+    if len(set(devices)) != len(devices):
+        raise PlanError("a collective needs a distinct device per rank")
+    if not element_bytes > 0:
+        raise PlanError(f"element_bytes must be > 0, got {element_bytes}")
+    if rank_deps is not None and len(rank_deps) != p:
+        raise PlanError(f"rank_deps has {len(rank_deps)} entries for {p} ranks")
+    existing = builder.num_tasks
+    for d in [*deps, *(x for r in rank_deps or () for x in r)]:
+        if not 0 <= d < existing:
+            raise PlanError(f"collective dependency {d} is not an existing task")
+
+    dev_ids = np.array([builder.device_id(d) for d in devices], dtype=np.int64)
+    base_label = label or schedule.algorithm
+    phase_labels = np.array(
+        [builder.label_id(f"{base_label}:{name}") for name in schedule.phase_names], dtype=np.int64
+    )
+    cat = builder.category_id(category)
+    n = schedule.num_steps
+    src, dst, red = schedule.src, schedule.dst, schedule.reduce
+    dep_off, dep_idx = schedule.dep_offsets, schedule.dep_indices
+    counts = np.diff(dep_off)
+
+    rank_ready: tuple[int, ...] = ()
+    if rank_deps is not None:
+        ready_ids = []
+        for r in range(p):
+            ready_ids.append(builder.marker([*deps, *rank_deps[r]], label=f"{base_label}:rank{r} ready"))
+        rank_ready = tuple(ready_ids)
+        extra_counts, extra_flat = _ready_edges(schedule, np.asarray(rank_ready, dtype=np.int64))
+    else:
+        extra_counts = np.zeros(n, dtype=np.int64)
+        if deps:
+            roots = counts == 0
+            extra_counts[roots] = len(deps)
+            extra_flat = np.tile(np.asarray(list(deps), dtype=np.int64), int(roots.sum()))
+        else:
+            extra_flat = np.zeros(0, dtype=np.int64)
+
+    first = builder.num_tasks
+    # Merge the outside deps (first in each list) with the schedule's internal ones, CSR-wise.
+    total_counts = counts + extra_counts
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(total_counts, out=offsets[1:])
+    if len(extra_flat):
+        flat = np.empty(int(offsets[-1]), dtype=np.int64)
+        extra_pos = np.repeat(offsets[:-1], extra_counts) + _ragged_arange(extra_counts)
+        inner_pos = np.repeat(offsets[:-1] + extra_counts, counts) + _ragged_arange(counts)
+        flat[extra_pos] = extra_flat
+        flat[inner_pos] = dep_idx + first
+    else:
+        flat = dep_idx + first
+    columns: dict[str, np.ndarray] = {
+        "kind": np.full(n, TRANSFER, dtype=np.int8),
+        "device": dev_ids[src],
+        "dst": dev_ids[dst],
+        "size_bytes": schedule.length * float(element_bytes),
+        "reduce": red,
+        "category": np.full(n, cat, dtype=np.int64),
+        "label": phase_labels[schedule.phase],
+    }
+    builder.add_block(columns, offsets, flat)
+
+    done_counts, done_flat = _done_edges(schedule, first)
+    rank_done = _add_markers(builder, done_counts, done_flat, builder.label_id(f"{base_label}:rank done"))
+    done = builder.marker(list(rank_done), label=f"{base_label}:done")
+    return CollectiveTasks(
+        first_task=first, num_steps=n, rank_ready=rank_ready, rank_done=tuple(rank_done), done=done
+    )
+
+
+def collective_taskgraph(schedule: Schedule, devices: Sequence[str], element_bytes: float) -> TaskGraph:
+    """A task graph of just ``schedule``'s steps on ``devices``; its meta says what collective it is.
+
+    Task ``i`` is step ``i`` (rank ``r`` on ``devices[r]``; labels ``"{algorithm}:{phase}"``). There
+    are no markers: the collective's time is the makespan. Built straight into the frozen arrays,
+    sharing the schedule's arrays where their dtype already matches (read-only by convention),
+    because a ring at p = 4096 has 33 million steps and every extra pass over them costs a
+    noticeable fraction of a second. Constant columns are ``np.zeros``, whose pages are never
+    touched.
+    """
+    p = schedule.num_ranks
+    if len(devices) != p:
+        raise PlanError(f"{schedule.algorithm} has {p} ranks but {len(devices)} devices were given")
+    if len(set(devices)) != len(devices):
+        raise PlanError("a collective needs a distinct device per rank")
+    if not element_bytes > 0:
+        raise PlanError(f"element_bytes must be > 0, got {element_bytes}")
+    n = schedule.num_steps
+    algorithm = schedule.algorithm
+    return TaskGraph(
+        devices=tuple(devices),  # device index == rank
+        kind=np.full(n, TRANSFER, dtype=np.int8),
+        device=schedule.src.astype(np.int64, copy=False),
+        dst=schedule.dst.astype(np.int64, copy=False),
+        size_bytes=np.multiply(schedule.length, float(element_bytes), dtype=np.float64),
+        seconds=np.zeros(n, dtype=np.float64),
+        flops=np.zeros(n, dtype=np.float64),
+        reduce=schedule.reduce,
+        priority=np.zeros(n, dtype=np.int64),
+        category=np.zeros(n, dtype=np.int64),
+        label=schedule.phase.astype(np.int64, copy=False),
+        dep_offsets=schedule.dep_offsets,
+        dep_indices=schedule.dep_indices,
+        categories=(category_name(schedule),),
+        labels=tuple(f"{algorithm}:{name}" for name in schedule.phase_names),
+        meta={
+            "collective": {
+                "algorithm": algorithm,
+                "kind": schedule.collective,
+                "ranks": p,
+                "size_bytes": schedule.num_elements * float(element_bytes),
+            }
+        },
+    )
+
+
+def category_name(schedule: Schedule) -> str:
+    """The task category of a collective: its kind without underscores (``allreduce``, ``allgather``)."""
+    return schedule.collective.replace("_", "")
+
+
+def _ragged_arange(counts: IntArray) -> IntArray:
+    """``[0..c0-1, 0..c1-1, ...]`` for counts ``c``."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    out: IntArray = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+    return out
+
+
+def _ready_edges(schedule: Schedule, ready: IntArray) -> tuple[IntArray, IntArray]:
+    """Per step, the ready markers it must wait for (sender's; receiver's when reducing).
+
+    A step reads rank r's own data when r sends it or r reduces into it ("r-reading"). It needs r's
+    ready marker unless one of its direct dependencies is itself r-reading (which, by induction in
+    step order, already waits for that marker).
+    """
+    src, dst, red = schedule.src, schedule.dst, schedule.reduce
+    n = schedule.num_steps
+    dep = schedule.dep_indices
+    edge_step = np.repeat(np.arange(n, dtype=np.int64), np.diff(schedule.dep_offsets))
+    # For edge (step i -> dep j): does j read rank src[i] / rank dst[i]?
+    reads_src = (src[dep] == src[edge_step]) | (red[dep] & (dst[dep] == src[edge_step]))
+    reads_dst = (src[dep] == dst[edge_step]) | (red[dep] & (dst[dep] == dst[edge_step]))
+    covered_src = np.zeros(n, dtype=bool)
+    covered_dst = np.zeros(n, dtype=bool)
+    covered_src[edge_step[reads_src]] = True
+    covered_dst[edge_step[reads_dst]] = True
+    need_src = ~covered_src
+    need_dst = red & ~covered_dst & (dst != src)
+    counts = need_src.astype(np.int64) + need_dst.astype(np.int64)
+    # Per step: sender's marker first, then receiver's.
+    pairs = np.stack([np.where(need_src, ready[src], -1), np.where(need_dst, ready[dst], -1)], axis=1).ravel()
+    flat: IntArray = pairs[pairs >= 0]
+    return counts, flat
+
+
+def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
+    """Per rank, the steps its done marker depends on (as task ids, grouped by rank).
+
+    Rank r is done when every step into r is done (it holds its result); it suffices to wait for
+    the steps into r that no other step into r depends on.
+    """
+    dst = schedule.dst
+    p, n = schedule.num_ranks, schedule.num_steps
+    dep = schedule.dep_indices
+    counts = np.diff(schedule.dep_offsets)
+    covered = np.zeros(n, dtype=bool)
+    if len(dep):
+        covered[dep[dst[dep] == np.repeat(dst, counts)]] = True
+    steps = np.flatnonzero(~covered)
+    ranks = dst[steps]
+    # Group by rank with a stable sort (radix sort for 16-bit keys), steps ascending within a rank.
+    key = ranks.astype(np.int16) if p <= np.iinfo(np.int16).max else ranks
+    order = np.argsort(key, kind="stable")
+    rank_counts = np.bincount(ranks, minlength=p).astype(np.int64)
+    grouped: IntArray = steps[order] + first
+    return rank_counts, grouped
+
+
+def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, label_id: int) -> list[int]:
+    """Append one marker per entry of ``counts`` with the given CSR deps; returns their ids."""
+    m = len(counts)
+    offsets = np.zeros(m + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    first = builder.add_block(
+        {
+            "kind": np.full(m, MARKER, dtype=np.int8),
+            "category": np.full(m, builder.category_id("marker"), dtype=np.int64),
+            "label": np.full(m, label_id, dtype=np.int64),
+        },
+        offsets,
+        flat,
+    )
+    return list(range(first, first + m))

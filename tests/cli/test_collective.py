@@ -1,0 +1,163 @@
+"""``parplan collective``: nccl-tests-like tables, sweeps, --algorithm all, --json, --analytic, --trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from parplan.cli.collective import collective
+from parplan.cli.common import guarded
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = sorted((ROOT / "sample_configs" / "clusters").iterdir())
+SWITCH = str(ROOT / "sample_configs" / "clusters" / "switch-4hosts.yaml")
+runner = CliRunner()
+
+# The command as the app registers it (``register(collective, "collective")``), with a second
+# command so that the command name is needed on the command line, as in ``parplan``.
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+app.command("collective")(guarded(collective))
+
+
+@app.command("noop")
+def _noop() -> None:
+    """Placeholder second command."""
+
+
+@pytest.fixture(autouse=True)
+def _terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stable rich output: 120 columns, no colour."""
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    result = runner.invoke(app, ["collective", *args, "--json"])
+    assert result.exit_code == 0, result.output
+    doc: dict[str, Any] = json.loads(result.stdout)
+    return doc
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS, ids=lambda p: p.name)
+def test_every_sample_cluster(cluster: Path) -> None:
+    doc = run_json("--cluster", str(cluster), "--algorithm", "all", "--size", "1MiB")
+    rows = doc["results"]
+    assert {r["algorithm"] for r in rows} == {
+        "centralized:0",
+        "tree:2",
+        "ring",
+        "halving_doubling",
+        "double_binary_tree",
+        "hierarchical",
+    }
+    for r in rows:
+        assert set(r) >= {"algorithm", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps"}
+        assert r["size_bytes"] == 2**20 and r["time_s"] > 0
+        assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9)
+        p = r["ranks"]
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (p - 1) / p)
+    analytic = run_json("--cluster", str(cluster), "--algorithm", "all", "--size", "1MiB", "--analytic")
+    assert analytic["mode"] == "analytic" and len(analytic["results"]) == len(rows)
+    assert analytic["analytic_parameters"]["alpha_s"] >= 0
+
+
+def test_sweep_table_like_all_reduce_perf() -> None:
+    result = runner.invoke(app, ["collective", "--cluster", SWITCH, "-b", "8", "-e", "1KiB", "-f", "2"])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "all_reduce on lab-4x-t4: 4 ranks, float32, simulated" in lines[0]
+    header = next(line for line in lines if "size (B)" in line)
+    for col in ("count", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        assert col in header
+    sizes = [int(line.split()[1]) for line in lines if line.startswith("│")]
+    assert sizes == [8, 16, 32, 64, 128, 256, 512, 1024]
+
+
+def test_algorithm_all_marks_the_fastest() -> None:
+    result = runner.invoke(
+        app, ["collective", "--cluster", SWITCH, "-a", "all", "-b", "1KiB", "-e", "64MiB", "-f", "64"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│")]
+    assert len(rows) == 3
+    assert all(row.count("*") == 1 for row in rows)
+    doc = run_json("--cluster", SWITCH, "-a", "all", "-b", "1KiB", "-e", "64MiB", "-f", "64")
+    for size in {r["size_bytes"] for r in doc["results"]}:
+        times = {r["algorithm"]: r["time_s"] for r in doc["results"] if r["size_bytes"] == size}
+        fastest = min(times, key=lambda a: times[a])
+        short = {
+            "halving_doubling": "hd",
+            "double_binary_tree": "dbt",
+            "hierarchical": "hier",
+            "centralized:0": "central:0",
+        }.get(fastest, fastest)
+        row = next(r for r in rows if r.split()[1] == str(int(size)))
+        assert short in row.split("│")[-3]
+
+
+def test_analytic_matches_the_simulation_on_a_uniform_switch() -> None:
+    # 4 ranks on one switch: a uniform group, where the closed forms are exact.
+    for algorithm in ("ring", "tree:3", "centralized", "double_binary_tree", "halving_doubling"):
+        sim = run_json("--cluster", SWITCH, "-a", algorithm, "-s", "64MiB")["results"][0]["time_s"]
+        closed = run_json("--cluster", SWITCH, "-a", algorithm, "-s", "64MiB", "--analytic")
+        assert closed["results"][0]["time_s"] == pytest.approx(sim, rel=1e-3), algorithm
+        assert closed["analytic_parameters"]["bottleneck"][0].startswith("h")
+
+
+def test_analytic_says_which_path_it_used() -> None:
+    result = runner.invoke(app, ["collective", "--cluster", SWITCH, "--analytic", "-s", "1MiB"])
+    assert result.exit_code == 0, result.output
+    assert "analytic: alpha = 100 us" in result.stdout  # two 50 us hops
+    assert "from the bottleneck path" in result.stdout
+
+
+def test_ranks_devices_and_dtype() -> None:
+    doc = run_json("--cluster", SWITCH, "--ranks", "2", "-s", "1000", "-d", "float16")
+    assert doc["results"][0]["ranks"] == 2 and doc["results"][0]["count"] == 500
+    doc = run_json("--cluster", SWITCH, "--devices", "h3,h1,h0", "-s", "1KiB")
+    assert doc["results"][0]["ranks"] == 3
+
+
+def test_trace(tmp_path: Path) -> None:
+    path = tmp_path / "ring.json"
+    result = runner.invoke(app, ["collective", "--cluster", SWITCH, "-s", "1MiB", "--trace", str(path)])
+    assert result.exit_code == 0, result.output
+    events = json.loads(path.read_text())["traceEvents"]
+    assert sum(e["ph"] == "X" for e in events) == 2 * 3 * 4  # 2(p-1) rounds of p sends
+    several = tmp_path / "t.json"
+    result = runner.invoke(
+        app, ["collective", "--cluster", SWITCH, "-a", "ring,tree:2", "-s", "1KiB", "--trace", str(several)]
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "t.ring.json").exists() and (tmp_path / "t.tree_2.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["-a", "butterfly"], 1, "valid: centralized"),
+        (["--ranks", "9"], 1, "only 4 devices"),
+        (["--devices", "h0,nope"], 1, "nope"),
+        (["-s", "lots"], 2, "lots"),
+        (["--analytic", "--trace", "x.json"], 2, "drop --analytic"),
+        (["-d", "float8"], 2, "unknown dtype"),
+        (["-b", "1MiB", "-e", "1KiB"], 1, "below its start"),
+    ],
+)
+def test_errors(args: list[str], code: int, message: str) -> None:
+    result = runner.invoke(app, ["collective", "--cluster", SWITCH, *args])
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_cluster_file() -> None:
+    result = runner.invoke(app, ["collective", "--cluster", "nope.yaml"])
+    assert result.exit_code == 1
+    assert "nope.yaml" in result.output
