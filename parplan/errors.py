@@ -16,7 +16,9 @@ class ParplanError(Exception):
 class Issue:
     """One problem found in a file: where it is and what is wrong.
 
-    ``line`` and ``column`` are 1-based and 0 when the position is unknown.
+    ``line`` and ``column`` are 1-based and 0 when the position is unknown. ``severity`` is
+    ``"error"`` (the file is invalid), ``"warning"`` (valid but suspicious) or ``"info"`` (how
+    parplan will read something, e.g. population members queueing for devices).
     """
 
     path: str
@@ -24,6 +26,7 @@ class Issue:
     message: str
     line: int = 0
     column: int = 0
+    severity: str = "error"
 
     def __str__(self) -> str:
         where = self.path

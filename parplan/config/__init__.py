@@ -3,6 +3,22 @@ loaded from YAML, TOML or JSON with errors that name the file, the line and the 
 
 from parplan.config.algorithms import AlgorithmSpec, algorithm_label, parse_algorithm
 from parplan.config.cluster import ClusterSpec, DeviceSpec, LinkSpec, SwitchSpec
+from parplan.config.loader import (
+    KINDS,
+    LoadedFile,
+    detect_kind,
+    dump_spec,
+    load_any,
+    load_cluster,
+    load_file,
+    load_model,
+    load_partitions,
+    load_scenario,
+    load_strategy,
+    save_spec,
+    spec_from_data,
+    spec_kind,
+)
 from parplan.config.model import ModelNodeSpec, ModelSpec
 from parplan.config.scenario import PlanSpec, ScenarioSpec, TrainingSpec
 from parplan.config.strategy import (
@@ -18,6 +34,7 @@ from parplan.config.strategy import (
 )
 
 __all__ = [
+    "KINDS",
     "AlgorithmSpec",
     "ClusterSpec",
     "CustomStrategy",
@@ -25,6 +42,7 @@ __all__ = [
     "DeviceSpec",
     "FederatedStrategy",
     "LinkSpec",
+    "LoadedFile",
     "LocalStrategy",
     "ModelNodeSpec",
     "ModelParallelStrategy",
@@ -38,5 +56,17 @@ __all__ = [
     "SwitchSpec",
     "TrainingSpec",
     "algorithm_label",
+    "detect_kind",
+    "dump_spec",
+    "load_any",
+    "load_cluster",
+    "load_file",
+    "load_model",
+    "load_partitions",
+    "load_scenario",
+    "load_strategy",
     "parse_algorithm",
+    "save_spec",
+    "spec_from_data",
+    "spec_kind",
 ]

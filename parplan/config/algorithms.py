@@ -1,8 +1,8 @@
 """All-reduce algorithm specs: a tagged union on ``name`` with short forms.
 
-Files may write a mapping (``{name: tree, arity: 4}``) or a short form: ``"ring"``, ``"tree:4"``,
-``"centralized:0"``, ``"halving_doubling"``, ``"double_binary_tree"``, ``"hierarchical"``,
-``"hierarchical:8"`` (groups of 8 ranks). :func:`parse_algorithm` reads either.
+Files may write a mapping (``{name: tree, arity: 4}``) or a short form: ``"ring"``, ``"ring:8"``
+(8 channels), ``"tree:4"``, ``"centralized:0"``, ``"halving_doubling"``, ``"double_binary_tree"``,
+``"hierarchical"``, ``"hierarchical:8"`` (groups of 8 ranks). :func:`parse_algorithm` reads either.
 
 >>> parse_algorithm("tree:4")
 TreeAlgorithm(name='tree', arity=4, segments=1)
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, Field, TypeAdapter
+from pydantic import BeforeValidator, Field, TypeAdapter, WithJsonSchema
 
 from parplan.config.base import Spec
 
@@ -33,9 +33,17 @@ class TreeAlgorithm(Spec):
 
 
 class RingAlgorithm(Spec):
-    """Reduce-scatter then all-gather around a ring, p slices."""
+    """Reduce-scatter then all-gather around a ring, p slices, on ``channels`` rings at once.
+
+    Each channel (NCCL's word) is a ring over every rank carrying its own part of the tensor; the
+    rings go through each node's devices consecutively, each entering and leaving the node through
+    a different device, so several channels use several NICs per node. ``None`` (the default)
+    picks one ring per device of the largest node (NCCL on a DGX runs about that many), or one
+    ring without nodes to follow. Short form ``"ring:8"`` for 8 channels.
+    """
 
     name: Literal["ring"]
+    channels: int | None = Field(default=None, ge=1)
 
 
 class HalvingDoublingAlgorithm(Spec):
@@ -68,7 +76,7 @@ ALGORITHM_NAMES: tuple[str, ...] = (
     "double_binary_tree",
     "hierarchical",
 )
-_SHORT_PARAMETER = {"centralized": "root", "tree": "arity", "hierarchical": "group_size"}
+_SHORT_PARAMETER = {"centralized": "root", "tree": "arity", "ring": "channels", "hierarchical": "group_size"}
 
 
 def _expand_short_form(value: Any) -> Any:
@@ -90,17 +98,29 @@ def _expand_short_form(value: Any) -> Any:
     return {"name": name, key: number}
 
 
+_ALGORITHM_UNION = Annotated[
+    CentralizedAlgorithm
+    | TreeAlgorithm
+    | RingAlgorithm
+    | HalvingDoublingAlgorithm
+    | DoubleBinaryTreeAlgorithm
+    | HierarchicalAlgorithm,
+    Field(discriminator="name"),
+]
+_SHORT_FORM = Annotated[
+    str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": rf"^({'|'.join(ALGORITHM_NAMES)})(:[0-9]+)?$",
+            "examples": ["ring", "tree:4", "centralized:0", "hierarchical:8"],
+        }
+    ),
+]
+
 AlgorithmSpec = Annotated[
-    Annotated[
-        CentralizedAlgorithm
-        | TreeAlgorithm
-        | RingAlgorithm
-        | HalvingDoublingAlgorithm
-        | DoubleBinaryTreeAlgorithm
-        | HierarchicalAlgorithm,
-        Field(discriminator="name"),
-    ],
-    BeforeValidator(_expand_short_form),
+    _ALGORITHM_UNION,
+    BeforeValidator(_expand_short_form, json_schema_input_type=_SHORT_FORM | _ALGORITHM_UNION),
 ]
 """Any all-reduce algorithm spec; accepts the short string forms."""
 

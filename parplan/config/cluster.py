@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from parplan.config.base import Spec
 from parplan.config.units import Bandwidth, Bytes, FlopRate, Seconds
@@ -39,7 +39,8 @@ class DeviceSpec(DeviceTemplate):
 
     name: str = Field(min_length=1)
     group: str | None = Field(
-        default=None, description="the node (or other group) the device belongs to, for hierarchical collectives"
+        default=None,
+        description="the node (or other group) the device belongs to, for hierarchical collectives",
     )
 
 
@@ -58,11 +59,12 @@ class LinkTemplate(Spec):
         default=True, description="each direction has the full bandwidth (False: both share one channel)"
     )
 
-    @model_validator(mode="after")
-    def _positive_bandwidth(self) -> LinkTemplate:
-        if self.bandwidth_Bps <= 0:
-            raise ValueError("bandwidth must be > 0")
-        return self
+    @field_validator("bandwidth_Bps")
+    @classmethod
+    def _positive_bandwidth(cls, bandwidth_Bps: float) -> float:
+        if bandwidth_Bps <= 0:
+            raise ValueError("must be > 0")
+        return bandwidth_Bps
 
 
 class LinkSpec(LinkTemplate):
@@ -113,13 +115,20 @@ class FatTreeGenerator(Spec):
         default=None, description="switch-to-switch links (default: same as link)"
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> FatTreeGenerator:
-        if self.k % 2:
-            raise ValueError(f"k must be even, got {self.k}")
-        if self.hosts is not None and self.hosts > self.k**3 // 4:
-            raise ValueError(f"a fat tree with k={self.k} has at most {self.k**3 // 4} hosts, asked {self.hosts}")
-        return self
+    @field_validator("k")
+    @classmethod
+    def _even(cls, k: int) -> int:
+        if k % 2:
+            raise ValueError(f"must be even, got {k}")
+        return k
+
+    @field_validator("hosts")
+    @classmethod
+    def _fits(cls, hosts: int | None, info: ValidationInfo) -> int | None:
+        k = info.data.get("k")
+        if hosts is not None and k is not None and hosts > k**3 // 4:
+            raise ValueError(f"a fat tree with k={k} has at most {k**3 // 4} hosts, asked {hosts}")
+        return hosts
 
 
 class HierarchicalGenerator(Spec):
@@ -157,13 +166,30 @@ class ClusterSpec(Spec):
     switches: tuple[SwitchSpec, ...] = ()
     links: tuple[LinkSpec, ...] = ()
 
+    @field_validator("devices")
+    @classmethod
+    def _unique_devices(cls, devices: tuple[DeviceSpec, ...]) -> tuple[DeviceSpec, ...]:
+        _no_repeats([d.name for d in devices], set())
+        return devices
+
+    @field_validator("switches")
+    @classmethod
+    def _unique_switches(
+        cls, switches: tuple[SwitchSpec, ...], info: ValidationInfo
+    ) -> tuple[SwitchSpec, ...]:
+        _no_repeats([s.name for s in switches], {d.name for d in info.data.get("devices", ())})
+        return switches
+
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
         if self.generator is None and not self.devices:
             raise ValueError("a cluster needs a generator or at least one device")
-        seen: set[str] = set()
-        for name in [d.name for d in self.devices] + [s.name for s in self.switches]:
-            if name in seen:
-                raise ValueError(f"name {name!r} is used twice")
-            seen.add(name)
         return self
+
+
+def _no_repeats(names: list[str], taken: set[str]) -> None:
+    seen = set(taken)
+    for name in names:
+        if name in seen:
+            raise ValueError(f"name {name!r} is used twice")
+        seen.add(name)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from parplan.config.base import Spec
 from parplan.config.units import Bytes, Count, Flops
@@ -37,8 +37,8 @@ class ModelNodeSpec(Spec):
     def saved_bytes_per_sample(self) -> float:
         """Activation memory this node holds per sample until its backward runs."""
         if self.saved_activation_bytes_per_sample is None:
-            return self.activation_bytes_per_sample
-        return self.saved_activation_bytes_per_sample
+            return float(self.activation_bytes_per_sample)
+        return float(self.saved_activation_bytes_per_sample)
 
 
 class TransformerGenerator(Spec):
@@ -54,11 +54,13 @@ class TransformerGenerator(Spec):
     ffn_multiplier: float = Field(default=4.0, gt=0)
     tie_embeddings: bool = True
 
-    @model_validator(mode="after")
-    def _check(self) -> TransformerGenerator:
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads})")
-        return self
+    @field_validator("heads")
+    @classmethod
+    def _divides(cls, heads: int, info: ValidationInfo) -> int:
+        hidden = info.data.get("hidden")
+        if hidden is not None and hidden % heads:
+            raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
+        return heads
 
 
 class MLPGenerator(Spec):
@@ -91,20 +93,32 @@ class ModelSpec(Spec):
         default=2.0, gt=0, description="used by generators to size activations"
     )
 
+    @field_validator("nodes")
+    @classmethod
+    def _unique_ids(cls, nodes: tuple[ModelNodeSpec, ...]) -> tuple[ModelNodeSpec, ...]:
+        ids = [n.id for n in nodes]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"node ids used twice: {', '.join(dupes)}")
+        return nodes
+
+    @field_validator("edges")
+    @classmethod
+    def _known_ends(
+        cls, edges: tuple[tuple[str, str], ...] | None, info: ValidationInfo
+    ) -> tuple[tuple[str, str], ...] | None:
+        if edges is not None and "nodes" in info.data:
+            known = {n.id for n in info.data["nodes"]}
+            for a, b in edges:
+                for end in (a, b):
+                    if end not in known:
+                        raise ValueError(f"edge [{a}, {b}] names unknown node {end!r}")
+        return edges
+
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
         if (self.generator is None) == (not self.nodes):
             if self.generator is None:
                 raise ValueError("a model needs either nodes or a generator")
             raise ValueError("give either nodes or a generator, not both")
-        ids = [n.id for n in self.nodes]
-        dupes = sorted({i for i in ids if ids.count(i) > 1})
-        if dupes:
-            raise ValueError(f"node ids used twice: {', '.join(dupes)}")
-        if self.edges is not None:
-            known = set(ids)
-            for a, b in self.edges:
-                for end in (a, b):
-                    if end not in known:
-                        raise ValueError(f"edge [{a}, {b}] names unknown node {end!r}")
         return self

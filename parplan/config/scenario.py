@@ -7,7 +7,7 @@ that names them and keeps them in ``*_file`` fields so a saved scenario still po
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from parplan.config.base import Spec
 from parplan.config.cluster import ClusterSpec
@@ -59,12 +59,21 @@ class ScenarioSpec(Spec):
     sweeps: tuple[SweepSpec, ...] = ()
     baseline: str | None = Field(default=None, description="plan name to compare against (default: local)")
 
-    @model_validator(mode="after")
-    def _check(self) -> ScenarioSpec:
-        names = [p.name for p in self.plans]
+    @field_validator("plans")
+    @classmethod
+    def _unique_names(cls, plans: tuple[PlanSpec, ...]) -> tuple[PlanSpec, ...]:
+        names = [p.name for p in plans]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"plan names used twice: {', '.join(dupes)}")
-        if self.baseline is not None and self.baseline not in names:
-            raise ValueError(f"baseline {self.baseline!r} is not a plan; plans: {', '.join(names)}")
-        return self
+        return plans
+
+    @field_validator("baseline")
+    @classmethod
+    def _known_baseline(cls, baseline: str | None, info: ValidationInfo) -> str | None:
+        plans = info.data.get("plans")
+        if baseline is not None and plans is not None:
+            names = [p.name for p in plans]
+            if baseline not in names:
+                raise ValueError(f"{baseline!r} is not a plan; plans: {', '.join(names)}")
+        return baseline

@@ -8,13 +8,16 @@ keeps the path in ``partitions_file`` so a saved strategy still points at its fi
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from parplan.config.algorithms import AlgorithmSpec, RingAlgorithm
 from parplan.config.base import Spec
 from parplan.config.units import Bytes
+from parplan.errors import PlanError
 
 
 class LocalStrategy(Spec):
@@ -60,36 +63,129 @@ class CommunicationSpec(Spec):
 
 
 class ModelParallelStrategy(Spec):
-    """Partitions of the model graph on workers, with pipelined micro-batches."""
+    """Partitions of the model graph on workers, with pipelined micro-batches.
 
-    kind: Literal["model_parallel"]
+    ``kind`` may be left out where only a model-parallel plan fits (a data-parallel ``replica``).
+    """
+
+    kind: Literal["model_parallel"] = "model_parallel"
     partitions: tuple[PartitionSpec, ...] = Field(min_length=1)
     partitions_file: str | None = Field(default=None, description="where the partitions came from")
     communication: CommunicationSpec = Field(default_factory=CommunicationSpec)
 
-    @model_validator(mode="after")
-    def _check(self) -> ModelParallelStrategy:
-        names = [p.name for p in self.partitions]
+    @field_validator("partitions")
+    @classmethod
+    def _unique_names(cls, partitions: tuple[PartitionSpec, ...]) -> tuple[PartitionSpec, ...]:
+        names = [p.name for p in partitions]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"partition names used twice: {', '.join(dupes)}")
-        return self
+        return partitions
+
+    def workers(self) -> tuple[str, ...]:
+        """The distinct workers of the partitions, in order of first appearance."""
+        return tuple(dict.fromkeys(p.worker for p in self.partitions))
 
 
 class DataParallelStrategy(Spec):
     """``num_replicas`` copies of the model (or of a model-parallel ``replica``), each on a shard of
-    the batch, gradients all-reduced after each step."""
+    the batch, gradients all-reduced after each step.
+
+    Which devices the replicas use (:meth:`replica_devices` states it in code; the data-parallel
+    planner and ``validate-config`` follow the same rule):
+
+    - Plain data parallelism: replica r runs on ``devices[r]`` (``devices`` then lists exactly
+      ``num_replicas`` devices); without ``devices``, on the r-th device of the cluster. Cluster
+      device order is the order the cluster file or its generator names them: ``h0, h1, ...``,
+      or ``n0.d0 .. n0.d7, n1.d0 ..`` for a hierarchical cluster.
+    - A 2-D plan (``replica`` is a model-parallel plan): let W be the replica plan's distinct
+      workers sorted by their position in the cluster's device order. With ``devices`` given, it
+      lists ``num_replicas x len(W)`` devices replica-major, and replica r runs worker ``W[j]`` on
+      ``devices[r * len(W) + j]``. Without ``devices``, replica 0 runs on the workers themselves
+      and replica r runs ``W[j]`` on the device ``r * len(W)`` places after ``W[j]`` in cluster
+      order: a 4-stage plan on ``n0.d0 .. n0.d3`` of 8-GPU nodes puts replica 1 on
+      ``n0.d4 .. n0.d7`` and replica 2 on ``n1.d0 .. n1.d3``. Every device must exist in the
+      cluster and none may serve two replicas (or two workers).
+    """
 
     kind: Literal["data_parallel"]
     num_replicas: int = Field(ge=1)
     aggregation: AggregationSpec = Field(default_factory=AggregationSpec)
     batch_split: Literal["round_robin", "by_speed"] = "round_robin"
     devices: tuple[str, ...] | None = Field(
-        default=None, description="devices of the replicas in rank order (default: the cluster's, in order)"
+        default=None,
+        description="devices of the replicas in rank order, replica-major for a 2-D plan "
+        "(default: the cluster's, in order)",
     )
     replica: ModelParallelStrategy | None = Field(
         default=None, description="a model-parallel plan each replica runs (a 2-D plan)"
     )
+    replica_file: str | None = Field(default=None, description="where the replica plan came from")
+
+    def replica_workers(self, cluster_devices: Sequence[str]) -> tuple[str, ...]:
+        """W: the replica plan's distinct workers in cluster device order, or () for plain DP.
+
+        Raises :class:`~parplan.errors.PlanError` for a worker the cluster does not have.
+        """
+        if self.replica is None:
+            return ()
+        index = {d: i for i, d in enumerate(cluster_devices)}
+        workers = self.replica.workers()
+        for w in workers:
+            if w not in index:
+                raise PlanError(f"worker {w!r} of the replica plan is not a device of the cluster")
+        return tuple(sorted(workers, key=index.__getitem__))
+
+    def replica_devices(self, cluster_devices: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+        """The devices of every replica in rank order; for a 2-D plan replica r's tuple gives the
+        device of each worker of :meth:`replica_workers`, in that order (rule: class docstring).
+
+        Raises :class:`~parplan.errors.PlanError` when the replicas do not fit the devices.
+
+        >>> DataParallelStrategy(kind="data_parallel", num_replicas=2).replica_devices(["a", "b", "c"])
+        (('a',), ('b',))
+        """
+        workers = self.replica_workers(cluster_devices)
+        width = max(1, len(workers))
+        if self.devices is not None:
+            flat = list(self.devices)
+            if len(flat) != self.num_replicas * width:
+                what = f"{self.num_replicas} replicas" + (f" x {width} workers" if workers else "")
+                raise PlanError(f"devices lists {len(flat)} devices for {what}")
+        elif not workers:
+            if self.num_replicas > len(cluster_devices):
+                raise PlanError(
+                    f"num_replicas ({self.num_replicas}) exceeds the cluster's {len(cluster_devices)} devices"
+                )
+            flat = list(cluster_devices[: self.num_replicas])
+        else:
+            index = {d: i for i, d in enumerate(cluster_devices)}
+            flat = []
+            for r in range(self.num_replicas):
+                for w in workers:
+                    i = index[w] + r * width
+                    if i >= len(cluster_devices):
+                        raise PlanError(
+                            f"replica {r} would run worker {w!r} on device #{i}, but the cluster has "
+                            f"{len(cluster_devices)} devices; use fewer replicas or list the devices"
+                        )
+                    flat.append(cluster_devices[i])
+        known = set(cluster_devices)
+        unknown = [d for d in flat if d not in known]
+        if unknown:
+            raise PlanError(f"unknown device {unknown[0]!r}")
+        seen: dict[str, int] = {}
+        for pos, d in enumerate(flat):
+            if d in seen:
+                first, again = divmod(seen[d], width), divmod(pos, width)
+                if workers:
+                    raise PlanError(
+                        f"device {d!r} would run worker {workers[first[1]]!r} of replica {first[0]} and "
+                        f"worker {workers[again[1]]!r} of replica {again[0]}; list the devices explicitly"
+                    )
+                raise PlanError(f"device {d!r} is listed twice (replicas {first[0]} and {again[0]})")
+            seen[d] = pos
+        return tuple(tuple(flat[r * width : (r + 1) * width]) for r in range(self.num_replicas))
 
 
 class AllSelection(Spec):
@@ -136,23 +232,30 @@ class FederatedStrategy(Spec):
     client_selection: ClientSelection = Field(default_factory=AllSelection)
     server: str | None = Field(default=None, description="server device (default: the cluster's first)")
     clients: tuple[str, ...] | None = Field(
-        default=None, description="client devices (default: the cluster's devices after the server)"
+        default=None,
+        description="client devices: client i runs on clients[i mod len(clients)] (default: the "
+        "cluster's devices after the server); clients sharing a device take turns",
     )
     samples_per_client: tuple[int, ...] | None = Field(
         default=None, description="local data set sizes (default: the global batch split evenly)"
     )
     seed: int = 0
 
-    @model_validator(mode="after")
-    def _check(self) -> FederatedStrategy:
-        sel = self.client_selection
-        if not isinstance(sel, AllSelection) and sel.k > self.num_clients:
-            raise ValueError(f"client_selection.k ({sel.k}) exceeds num_clients ({self.num_clients})")
-        if self.samples_per_client is not None and len(self.samples_per_client) != self.num_clients:
-            raise ValueError(
-                f"samples_per_client has {len(self.samples_per_client)} entries for {self.num_clients} clients"
-            )
-        return self
+    @field_validator("client_selection")
+    @classmethod
+    def _k_fits(cls, sel: Any, info: ValidationInfo) -> Any:
+        num_clients = info.data.get("num_clients")
+        if num_clients is not None and not isinstance(sel, AllSelection) and sel.k > num_clients:
+            raise ValueError(f"k ({sel.k}) exceeds num_clients ({num_clients})")
+        return sel
+
+    @field_validator("samples_per_client")
+    @classmethod
+    def _one_per_client(cls, value: tuple[int, ...] | None, info: ValidationInfo) -> tuple[int, ...] | None:
+        num_clients = info.data.get("num_clients")
+        if value is not None and num_clients is not None and len(value) != num_clients:
+            raise ValueError(f"has {len(value)} entries for num_clients={num_clients}")
+        return value
 
 
 class TruncationExploit(Spec):
@@ -196,8 +299,16 @@ class PopulationBasedStrategy(Spec):
     explore: Annotated[PerturbExplore | ResampleExplore, Field(discriminator="kind")] = Field(
         default_factory=lambda: PerturbExplore(kind="perturb")
     )
-    devices: tuple[str, ...] | None = None
+    devices: tuple[str, ...] | None = Field(
+        default=None,
+        description="devices the members train on (default: all of the cluster's); members beyond "
+        "the devices queue and train in waves",
+    )
     seed: int = 0
+
+    def waves(self, num_devices: int) -> int:
+        """How many rounds of training one generation takes when members share ``num_devices``."""
+        return math.ceil(self.population_size / max(1, num_devices))
 
 
 class CustomStrategy(Spec):
@@ -206,6 +317,29 @@ class CustomStrategy(Spec):
     kind: Literal["custom"]
     coordinator: str = Field(min_length=1)
     config: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("config")
+    @classmethod
+    def _plain_data(cls, config: dict[str, Any]) -> dict[str, Any]:
+        _check_plain(config, "config")
+        return config
+
+
+def _check_plain(value: Any, where: str) -> None:
+    """Free-form config must be plain data (so it saves to YAML, TOML and JSON alike)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where}: keys must be strings, got {key!r}")
+            _check_plain(item, f"{where}.{key}")
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_plain(item, f"{where}[{i}]")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{where}: numbers must be finite, got {value!r}")
+    elif value is not None and not isinstance(value, str | int | bool):
+        raise ValueError(f"{where}: expected plain data, got {type(value).__name__}")
 
 
 StrategySpec = Annotated[

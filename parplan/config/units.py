@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from decimal import Decimal, localcontext
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
@@ -28,38 +29,52 @@ from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<unit>[^\d\s].*?)?\s*$")
 
-_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
-_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_DECIMAL = {"": "1", "k": "1e3", "K": "1e3", "M": "1e6", "G": "1e9", "T": "1e12", "P": "1e15", "E": "1e18"}
+_BINARY = {"Ki": "1024", "Mi": str(2**20), "Gi": str(2**30), "Ti": str(2**40), "Pi": str(2**50)}
 
 
-def _build_table(bases: dict[str, float], prefixes: dict[str, float]) -> dict[str, float]:
-    return {p + b: pf * bf for b, bf in bases.items() for p, pf in prefixes.items()}
+def _build_table(bases: dict[str, str], prefixes: dict[str, str]) -> dict[str, Decimal]:
+    return {p + b: Decimal(pf) * Decimal(bf) for b, bf in bases.items() for p, pf in prefixes.items()}
 
 
 _BYTE_UNITS = {
-    **_build_table({"B": 1.0, "byte": 1.0, "bytes": 1.0}, _DECIMAL),
-    **_build_table({"B": 1.0}, _BINARY),
-    **_build_table({"bit": 0.125, "b": 0.125}, _DECIMAL),
-    **_build_table({"bit": 0.125}, _BINARY),
+    **_build_table({"B": "1", "byte": "1", "bytes": "1"}, _DECIMAL),
+    **_build_table({"B": "1"}, _BINARY),
+    **_build_table({"bit": "0.125", "b": "0.125"}, _DECIMAL),
+    **_build_table({"bit": "0.125"}, _BINARY),
 }
 _BANDWIDTH_UNITS = {
     **{f"{u}/s": f for u, f in _BYTE_UNITS.items()},
-    **_build_table({"Bps": 1.0}, _DECIMAL),
-    **_build_table({"bps": 0.125, "bit/s": 0.125}, _DECIMAL),
+    **_build_table({"Bps": "1"}, _DECIMAL),
+    **_build_table({"bps": "0.125", "bit/s": "0.125"}, _DECIMAL),
 }
 _TIME_UNITS = {
-    "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9, "ps": 1e-12,
-    "min": 60.0, "h": 3600.0,
+    u: Decimal(f)
+    for u, f in {
+        "s": "1",
+        "sec": "1",
+        "ms": "1e-3",
+        "us": "1e-6",
+        "µs": "1e-6",
+        "μs": "1e-6",
+        "ns": "1e-9",
+        "ps": "1e-12",
+        "min": "60",
+        "h": "3600",
+    }.items()
 }
-_FLOP_UNITS = _build_table({"FLOP": 1.0, "FLOPs": 1.0, "flop": 1.0}, _DECIMAL)
+_FLOP_UNITS = _build_table({"FLOP": "1", "FLOPs": "1", "flop": "1"}, _DECIMAL)
 _FLOP_RATE_UNITS = {
     **{f"{u}/s": f for u, f in _FLOP_UNITS.items()},
-    **_build_table({"FLOPS": 1.0, "flops": 1.0}, _DECIMAL),
+    **_build_table({"FLOPS": "1", "flops": "1"}, _DECIMAL),
 }
-_COUNT_UNITS = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+_COUNT_UNITS = {
+    u: Decimal(f)
+    for u, f in {"": "1", "K": "1e3", "k": "1e3", "M": "1e6", "B": "1e9", "G": "1e9", "T": "1e12"}.items()
+}
 
 
-def _parser(kind: str, units: dict[str, float], example: str) -> Callable[[Any], float]:
+def _parser(kind: str, units: dict[str, Decimal], example: str) -> Callable[[Any], float]:
     def parse(value: Any) -> float:
         if isinstance(value, bool):
             raise ValueError(f"expected a {kind} such as {example!r}, got {value!r}")
@@ -68,9 +83,12 @@ def _parser(kind: str, units: dict[str, float], example: str) -> Callable[[Any],
         elif isinstance(value, str):
             match = _QUANTITY.match(value)
             unit = (match.group("unit") or "") if match else ""
-            if match is None or unit not in units:
+            if match is None or (unit and unit not in units):
                 raise ValueError(f"{value!r} is not a valid {kind} (e.g. {example!r})")
-            number = float(match.group("num")) * units[unit]
+            # exact decimal arithmetic, one rounding: "0.7 us" is exactly the float 0.7e-6
+            with localcontext() as ctx:
+                ctx.prec = 60
+                number = float(Decimal(match.group("num")) * units.get(unit, _ONE))
         else:
             raise ValueError(f"expected a {kind} such as {example!r}, got {type(value).__name__}")
         if not math.isfinite(number) or number < 0:
@@ -82,6 +100,8 @@ def _parser(kind: str, units: dict[str, float], example: str) -> Callable[[Any],
     return parse
 
 
+_ONE = Decimal(1)
+
 parse_bytes = _parser("size", _BYTE_UNITS, "64 MiB")
 parse_bandwidth = _parser("bandwidth", _BANDWIDTH_UNITS, "25 GB/s")
 parse_time = _parser("duration", _TIME_UNITS, "2 us")
@@ -91,12 +111,27 @@ parse_count = _parser("count", _COUNT_UNITS, "1.3B")
 
 
 def _formatter(
-    steps: list[tuple[float, str]], parse: Callable[[Any], float], sep: str = " "
+    steps: list[tuple[str, str]], parse: Callable[[Any], float], base: str
 ) -> Callable[[float], str | float]:
+    table = [(Decimal(factor), unit) for factor, unit in steps]
+
     def fmt(value: float) -> str | float:
-        for factor, unit in steps:
-            if abs(value) >= factor or factor == steps[-1][0]:
-                text = f"{value / factor:.15g}{sep}{unit}".rstrip()
+        """The largest unit the value reaches, with the shortest digits that parse back exactly;
+        the plain float when no text does."""
+        if not math.isfinite(value) or value < 0:
+            return value
+        if value == 0:
+            return f"0 {base}"
+        exact = Decimal(repr(float(value)))
+        for factor, unit in table:
+            if exact >= factor or factor == table[-1][0]:
+                with localcontext() as ctx:
+                    ctx.prec = 60
+                    number = (exact / factor).normalize()
+                digits = format(number, "f")
+                if len(digits) > 21:  # 1e-30 s reads better as "1e-21 ns" than with 20 zeros
+                    digits = format(number, "e")
+                text = f"{digits} {unit}"
                 if parse(text) == value:
                     return text
                 break
@@ -106,33 +141,43 @@ def _formatter(
 
 
 format_bytes = _formatter(
-    [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")], parse_bytes
+    [(str(2**40), "TiB"), (str(2**30), "GiB"), (str(2**20), "MiB"), ("1024", "KiB"), ("1", "B")],
+    parse_bytes,
+    "B",
 )
 format_bandwidth = _formatter(
-    [(1e12, "TB/s"), (1e9, "GB/s"), (1e6, "MB/s"), (1e3, "kB/s"), (1.0, "B/s")], parse_bandwidth
+    [("1e12", "TB/s"), ("1e9", "GB/s"), ("1e6", "MB/s"), ("1e3", "kB/s"), ("1", "B/s")],
+    parse_bandwidth,
+    "B/s",
 )
-format_time = _formatter([(1.0, "s"), (1e-3, "ms"), (1e-6, "us"), (1e-9, "ns")], parse_time)
+format_time = _formatter([("1", "s"), ("1e-3", "ms"), ("1e-6", "us"), ("1e-9", "ns")], parse_time, "s")
 format_flops = _formatter(
-    [(1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP"), (1.0, "FLOP")], parse_flops
+    [("1e15", "PFLOP"), ("1e12", "TFLOP"), ("1e9", "GFLOP"), ("1e6", "MFLOP"), ("1", "FLOP")],
+    parse_flops,
+    "FLOP",
 )
 format_flop_rate = _formatter(
-    [(1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s"), (1e6, "MFLOP/s"), (1.0, "FLOP/s")],
+    [("1e15", "PFLOP/s"), ("1e12", "TFLOP/s"), ("1e9", "GFLOP/s"), ("1e6", "MFLOP/s"), ("1", "FLOP/s")],
     parse_flop_rate,
+    "FLOP/s",
 )
 
 
-def format_count(value: float) -> str | float:
+def format_count(value: float) -> int | float:
     """Write a count as an integer when it is one, so files stay readable."""
     return int(value) if float(value).is_integer() else value
 
 
 def _annotated(
-    parse: Callable[[Any], float], fmt: Callable[[float], str | float], example: str
+    parse: Callable[[Any], float],
+    fmt: Callable[[float], str | float] | Callable[[float], int | float],
+    example: str,
+    written_as: Any = str | float,
 ) -> Any:
     return Annotated[
         float,
         BeforeValidator(parse),
-        PlainSerializer(fmt, return_type=str | float, when_used="always"),
+        PlainSerializer(fmt, return_type=written_as, when_used="always"),
         WithJsonSchema(
             {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "examples": [example]}]}
         ),
@@ -149,5 +194,5 @@ Flops = _annotated(parse_flops, format_flops, "3 GFLOP")
 """A number of floating-point operations; files may write "3 GFLOP"."""
 FlopRate = _annotated(parse_flop_rate, format_flop_rate, "312 TFLOP/s")
 """A compute rate in FLOP per second; files may write "312 TFLOP/s"."""
-Count = _annotated(parse_count, format_count, "1.3B")
+Count = _annotated(parse_count, format_count, "1.3B", written_as=int | float)
 """A (possibly large) count such as a parameter count; files may write "1.3B"."""

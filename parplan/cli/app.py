@@ -1,0 +1,70 @@
+"""The ``parplan`` command: a typer app whose commands live in their own modules.
+
+Adding a command is one line at the bottom of this file: ``register(module.function, "name")``.
+The function is a plain typer command (typed with ``Annotated``, docstring = help text) that
+raises :class:`~parplan.errors.ParplanError` for user mistakes; :func:`register` wraps it so such
+errors print as red messages with exit code 1 (:mod:`parplan.cli.common`). Exit codes: 0 success,
+1 invalid input or infeasible request, 2 usage error, 3 a bug in parplan.
+
+Nothing heavy is imported here or in the command modules at import time, so ``parplan --help``
+answers without loading numpy, networkx or pydantic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+
+from parplan import __version__
+from parplan.cli import compare, simulate, validate
+from parplan.cli.common import STATE, guarded
+
+app = typer.Typer(
+    name="parplan",
+    help="Plan and simulate distributed deep-learning training before you rent the cluster.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"parplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Show the version and exit."),
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show a traceback when something fails.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print only errors and the results asked for.")
+    ] = False,
+) -> None:
+    """Plan and simulate distributed deep-learning training before you rent the cluster."""
+    STATE.debug = debug
+    STATE.quiet = quiet
+
+
+def register(func: Callable[..., Any], name: str, **options: Any) -> None:
+    """Add a command to the app, with parplan's error handling around it."""
+    app.command(name, **options)(guarded(func))
+
+
+register(validate.validate_config, "validate-config")
+register(validate.schema, "schema")
+register(simulate.simulate, "simulate")
+register(compare.compare_strategies, "compare-strategies")
+
+
+def main() -> None:
+    """Entry point of the ``parplan`` console script and ``python -m parplan``."""
+    app(prog_name="parplan")
