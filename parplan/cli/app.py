@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 
 from parplan import __version__
-from parplan.cli import compare, simulate, validate
+from parplan.cli import collective, compare, simulate, validate
 from parplan.cli.common import STATE, guarded
 
 app = typer.Typer(
@@ -63,6 +63,7 @@ register(validate.validate_config, "validate-config")
 register(validate.schema, "schema")
 register(simulate.simulate, "simulate")
 register(compare.compare_strategies, "compare-strategies")
+register(collective.collective, "collective")
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ documented on :func:`validate_config`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from enum import StrEnum
@@ -109,7 +110,12 @@ def validate_config(
             issue = Issue(path, "", "directory holds no .yaml, .yml, .toml or .json files")
             reports.append(FileReport(path, None, (issue,)))
         else:
-            reports.append(validate_file(path, kind.value if kind is not None else None))
+            report = validate_file(path, kind.value if kind is not None else None)
+            if report.kind == "scenario" and report.valid:
+                from parplan.plan.feasibility import memory_issues
+
+                report = dataclasses.replace(report, issues=(*report.issues, *memory_issues(path)))
+            reports.append(report)
     all_valid = all(r.valid for r in reports)
     if json_output:
         payload = {

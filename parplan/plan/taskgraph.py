@@ -166,7 +166,7 @@ class TaskGraphBuilder:
     def _flush_rows(self) -> None:
         if not self._row_deps:
             return
-        chunk = {k: np.asarray(v, dtype=_DTYPES[k]) for k, v in self._rows.items()}
+        chunk: dict[str, np.ndarray] = {k: np.asarray(v, dtype=_DTYPES[k]) for k, v in self._rows.items()}
         counts = np.fromiter((len(d) for d in self._row_deps), dtype=np.int64, count=len(self._row_deps))
         flat = np.fromiter((x for d in self._row_deps for x in d), dtype=np.int64, count=int(counts.sum()))
         self._chunks.append(chunk)
@@ -189,8 +189,9 @@ class TaskGraphBuilder:
         self._flush_rows()
         first = self.num_tasks
         n = len(dep_offsets) - 1
-        chunk = {}
+        chunk: dict[str, np.ndarray] = {}
         for k in _COLUMNS:
+            arr: np.ndarray
             if k in columns:
                 arr = np.asarray(columns[k], dtype=_DTYPES[k])
                 if len(arr) != n:
@@ -198,8 +199,8 @@ class TaskGraphBuilder:
             else:
                 arr = np.full(n, _DEFAULTS[k], dtype=_DTYPES[k])
             chunk[k] = arr
-        counts = np.diff(np.asarray(dep_offsets, dtype=np.int64))
-        flat = np.asarray(dep_indices, dtype=np.int64)
+        counts: IntArray = np.diff(np.asarray(dep_offsets, dtype=np.int64)).astype(np.int64)
+        flat: IntArray = np.asarray(dep_indices, dtype=np.int64)
         if len(flat) and (flat.min() < 0 or np.any(flat >= np.repeat(np.arange(first, first + n), counts))):
             raise SimulationError("a block task depends on a task that is not earlier")
         self._chunks.append(chunk)
