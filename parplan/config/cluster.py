@@ -165,6 +165,14 @@ class ClusterSpec(Spec):
     devices: tuple[DeviceSpec, ...] = ()
     switches: tuple[SwitchSpec, ...] = ()
     links: tuple[LinkSpec, ...] = ()
+    routing: Literal["auto", "shortest", "dmodk"] = Field(
+        default="auto",
+        description=(
+            "route choice among equal shortest paths: 'shortest' takes the first (stable), 'dmodk' "
+            "spreads by destination index mod the number of next hops, as InfiniBand's fat-tree "
+            "routing does; 'auto' is dmodk for a fat_tree generator and shortest otherwise"
+        ),
+    )
 
     @field_validator("devices")
     @classmethod

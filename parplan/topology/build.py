@@ -47,7 +47,7 @@ from parplan.config.cluster import (
     Torus2DGenerator,
 )
 from parplan.errors import TopologyError
-from parplan.topology.network import Network, Router
+from parplan.topology.network import Network, Router, shortest_hop_route, spread_route
 
 _MAX_NAMES = 8
 
@@ -153,7 +153,21 @@ def build_network(spec: ClusterSpec, router: Router | None = None) -> Network:
     for link in spec.links:
         b.link(link.a, link.b, link, what="link")
     _check_connected(b.graph, spec.name)
+    if router is None:
+        router = default_router(spec)
     return Network(b.graph, name=spec.name, router=router)
+
+
+def default_router(spec: ClusterSpec) -> Router:
+    """The router a cluster asks for: D-mod-k on fat trees (or when asked), else first shortest path.
+
+    With first-shortest-path routing every inter-pod flow of a fat tree climbs through the first
+    aggregation and core switch, which turns a full-bisection fabric into a 1:k/2 oversubscribed
+    one; D-mod-k spreads the up-paths like the deterministic routing InfiniBand subnet managers use.
+    """
+    fat_tree = isinstance(spec.generator, FatTreeGenerator)
+    dmodk = spec.routing == "dmodk" or (spec.routing == "auto" and fat_tree)
+    return spread_route if dmodk else shortest_hop_route
 
 
 def _switch(b: _Builder, gen: SwitchGenerator) -> None:

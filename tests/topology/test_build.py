@@ -289,3 +289,24 @@ def test_custom_router_is_used() -> None:
     net.route("h0", "h1")
     net.route("h0", "h1")  # cached
     assert calls == [("h0", "h1"), ("h0", "h1")]
+
+
+def test_fat_trees_route_dmodk_by_default_and_clusters_can_choose() -> None:
+    """First-shortest-path routing funnels every inter-pod flow through core0; D-mod-k spreads it."""
+    from parplan.config.cluster import ClusterSpec
+    from parplan.topology.build import build_network
+
+    gen = {
+        "kind": "fat_tree",
+        "k": 4,
+        "device": {"peak_flops": "1 TFLOP/s", "memory": "1 GiB"},
+        "link": {"bandwidth": "10 GB/s"},
+    }
+
+    def cores_used(routing: str) -> set[str]:
+        net = build_network(ClusterSpec.model_validate({"generator": gen, "routing": routing}))
+        hosts = net.devices
+        return {n for h in hosts[4:] for n in net.path(hosts[0], h) if n.startswith("core")}
+
+    assert cores_used("shortest") == {"core0"}
+    assert cores_used("auto") == cores_used("dmodk") == {"core0", "core1", "core2", "core3"}

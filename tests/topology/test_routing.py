@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from parplan.errors import TopologyError
 from parplan.topology import routing
 from parplan.topology.build import build_network
-from parplan.topology.network import Network, networkx_route, spread_route
+from parplan.topology.network import Network, networkx_route, shortest_hop_route, spread_route
 from parplan.topology.routing import RoutingTables, TieBreak, latency_fs
 from tests.topology.helpers import DEVICE, LINK, cluster, network
 
@@ -152,12 +152,12 @@ def fat_tree(k: int, hosts: int | None = None, router: object = None) -> Network
 
 
 def test_fat_tree_first_shortest_path_is_deterministic_and_ecmp_free() -> None:
-    net = fat_tree(4)
+    net = fat_tree(4, router=shortest_hop_route)
     up_and_down = ["h0", "pod0.edge0", "pod0.agg0", "core0", "pod3.agg0", "pod3.edge1", "h15"]
     assert net.path("h0", "h15") == up_and_down
     assert net.path("h0", "h3") == ["h0", "pod0.edge0", "pod0.agg0", "pod0.edge1", "h3"]
     assert net.path("h0", "h1") == ["h0", "pod0.edge0", "h1"]
-    again = fat_tree(4)
+    again = fat_tree(4, router=shortest_hop_route)
     assert all(again.path(a, b) == net.path(a, b) for a in net.devices for b in net.devices)
     # every inter-pod route leaves pod 0 through its first aggregation and first core switch
     for dst in net.devices[4:]:
