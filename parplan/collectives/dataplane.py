@@ -5,11 +5,23 @@ inputs and checks, step by step, that the schedule is sound *as a DAG*, not only
 
 - **Exact dependencies.** For every element a step sends, the steps whose writes make up the
   sender's current value (the last overwrite of it and every reduction into it since) must all be
-  in the step's dependency list. With ``exact_deps=True`` (the default) every listed dependency
-  must also be needed: either such a writer, or a step that read or wrote elements this step
-  overwrites or adds into (an anti-dependency, as buffer reuse needs; two reductions into the
-  same elements commute and need none). So the engine, which only sees the dependencies, cannot
-  start a send before its data exists, and sees no false serialisation.
+  in the step's dependency list: a missing one is an error. So the engine, which only sees the
+  dependencies, cannot start a send before its data exists. With ``exact_deps=True`` (the
+  default) every listed dependency must also be legitimate, one of (:data:`DEP_KINDS`):
+
+  - ``data``: such a writer of data the step sends;
+  - ``anti``: a step that read or wrote elements this step overwrites or adds into (buffer reuse
+    needs it; two reductions into the same elements commute and need none);
+  - ``order``: program order, an earlier step that shares a rank with this one (its sender or
+    receiver sends or receives in both). A real rank runs its sends and receives in the order of
+    its program, e.g. one blocking sendrecv per round in halving-doubling, or a pipelined tree's
+    segment ``s + 1`` after segment ``s`` on the same link; such dependencies serialise only the
+    rank's own operations.
+
+  Anything else, a dependency between steps that share no rank, is spurious: it would make a
+  rank wait on traffic between other ranks, a false serialisation the engine would time.
+  :attr:`RunResult.dep_kinds` says which kind each dependency is (the first that applies, in the
+  order above).
 - **Contributions.** Each (rank, element) carries a bitmask of the ranks whose input it contains.
   A step may not send an element its sender holds nothing of (e.g. an all-gather chunk not yet
   received), a reduction may not add a contribution the receiver already has (double counting),
@@ -42,6 +54,11 @@ from parplan.errors import CollectiveError
 Op = Literal["sum", "mean"]
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 
+DEP_KINDS: tuple[str, ...] = ("data", "anti", "order", "spurious")
+"""Kinds of dependency, by code in :attr:`RunResult.dep_kinds` (see the module docstring);
+``spurious`` occurs only with ``exact_deps=False``."""
+DEP_DATA, DEP_ANTI, DEP_ORDER, DEP_SPURIOUS = range(4)
+
 
 @dataclass(frozen=True, eq=False)
 class RunResult:
@@ -50,6 +67,8 @@ class RunResult:
     ``bytes_sent[r]`` / ``bytes_received[r]`` count rank ``r``'s outgoing / incoming step payloads;
     ``bytes_reduced[r]`` the part of ``bytes_received[r]`` it added into its copy (gamma work).
     ``race_checked`` says whether the schedule was small enough for the race check.
+    ``dep_kinds[i]`` is the kind (an index into :data:`DEP_KINDS`) of the dependency
+    ``schedule.dep_indices[i]``.
     """
 
     arrays: list[np.ndarray]
@@ -60,6 +79,7 @@ class RunResult:
     step_bytes: IntArray
     phase_bytes: dict[str, int]
     race_checked: bool
+    dep_kinds: npt.NDArray[np.int8]
 
 
 def output_region(schedule: Schedule, rank: int) -> tuple[int, int] | None:
@@ -158,7 +178,9 @@ def run_schedule(
     if schedule.collective in ("reduce", "broadcast") and schedule.root is None:
         raise CollectiveError(f"a {schedule.collective} schedule needs a root")
 
-    _execute(schedule, data, exact_deps=exact_deps, race_check=schedule.num_steps <= race_check_limit)
+    dep_kinds = _execute(
+        schedule, data, exact_deps=exact_deps, race_check=schedule.num_steps <= race_check_limit
+    )
 
     if op == "mean":
         for r in range(p):
@@ -183,11 +205,15 @@ def run_schedule(
         step_bytes=step_bytes,
         phase_bytes={name: int(per_phase[i]) for i, name in enumerate(schedule.phase_names)},
         race_checked=schedule.num_steps <= race_check_limit,
+        dep_kinds=dep_kinds,
     )
 
 
-def _execute(schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool, race_check: bool) -> None:
-    """Run the steps in index order with every check of the module docstring."""
+def _execute(
+    schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool, race_check: bool
+) -> npt.NDArray[np.int8]:
+    """Run the steps in index order with every check of the module docstring; returns the kind
+    of every dependency (aligned with ``schedule.dep_indices``)."""
     p, n = schedule.num_ranks, schedule.num_elements
     name = schedule.algorithm
     offset, length = schedule.offset, schedule.length
@@ -224,6 +250,7 @@ def _execute(schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool, ra
     dep_off = schedule.dep_offsets.tolist()
     dep_all = schedule.dep_indices.tolist()
 
+    kinds = np.empty(len(dep_all), dtype=np.int8)
     ancestors: list[int] = []
     readers: dict[int, list[int]] = {}
     reducers: dict[int, list[int]] = {}
@@ -239,18 +266,26 @@ def _execute(schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool, ra
         got = np.zeros(hi - lo, dtype=np.int64)
         if exact_deps and len(set(deps)) != len(deps):
             raise CollectiveError(f"{name}: step {j} lists a dependency twice: {deps}")
+        kind_of: dict[int, int] = {}
         for x in set(deps):
             xlo, xhi = max(alo_l[x], lo), min(ahi_l[x], hi)
             is_live = x >= last_overwrite[s, xlo:xhi] if dst_l[x] == s and xlo < xhi else None
             if is_live is not None and is_live.any():
                 got[xlo - lo : xhi - lo] += is_live
-            elif exact_deps and not (
-                xlo < xhi and (src_l[x] == d or (dst_l[x] == d and not (red_l[x] and red_l[j])))
-            ):
+                kind_of[x] = DEP_DATA
+            elif xlo < xhi and (src_l[x] == d or (dst_l[x] == d and not (red_l[x] and red_l[j]))):
+                kind_of[x] = DEP_ANTI
+            elif src_l[x] in (s, d) or dst_l[x] in (s, d):
+                kind_of[x] = DEP_ORDER
+            elif exact_deps:
                 raise CollectiveError(
-                    f"{name}: step {j} depends on step {x}, which neither wrote data it sends nor used "
-                    f"data it writes (spurious dependency)"
+                    f"{name}: step {j} depends on step {x}, which neither wrote data it sends, nor "
+                    f"used data it writes, nor shares a rank with it (spurious dependency)"
                 )
+            else:
+                kind_of[x] = DEP_SPURIOUS
+        if deps:
+            kinds[dep_off[j] : dep_off[j + 1]] = [kind_of[x] for x in deps]
         missing = got < live
         if missing.any():
             atom = lo + int(np.argmax(missing))
@@ -298,6 +333,7 @@ def _execute(schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool, ra
             reductions[d, lo:hi] = 0
 
     _check_final(schedule, mask, breaks)
+    return kinds
 
 
 def _live_writers(

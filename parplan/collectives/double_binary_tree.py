@@ -11,7 +11,7 @@ bandwidth with logarithmic depth.
 
 Each tree carries one half (the first ``ceil(n/2)`` elements go to tree 1) cut into ``segments``
 pipelined segments, reduced to the tree's root and broadcast back; see :mod:`tree` for the
-per-step dependencies.
+per-step dependencies (data and program order: each segment pipelines up, then down).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def double_binary_tree_all_reduce(num_ranks: int, num_elements: int, *, segments
         tree_of_step.append(np.full(buf.num_steps - before, t, dtype=np.int8))
     for t, (ranks, parents) in enumerate(layouts):
         before = buf.num_steps
-        emit_tree_broadcast(buf, ranks, parents, seg_bounds[t], 1, into_root[t])
+        emit_tree_broadcast(buf, ranks, parents, seg_bounds[t], 1, into_root[t], after=into_root[t][-1])
         tree_of_step.append(np.full(buf.num_steps - before, t, dtype=np.int8))
     return buf.build(
         algorithm="double_binary_tree",

@@ -13,9 +13,19 @@ chunks.
    ``i XOR d``, which stores it; blocks double until everyone has the whole tensor.
 4. Unfold: rank ``2i`` sends the result to rank ``2i + 1``.
 
-Dependencies are exact: a send depends on every step whose write still makes up the data it
-carries (the fold into the sender, the earlier halving steps into it, and in the all-gather the
-doubling steps that delivered parts of its block), found with :class:`~._build.WriteLog`.
+Dependencies are the data dependencies plus the program order of a real implementation.
+Data: a send depends on every step whose write still makes up the data it carries (the fold into
+the sender, the earlier halving steps into it, and in the all-gather the doubling steps that
+delivered parts of its block), found with :class:`~._build.WriteLog`. Program order: MPICH's and
+Open MPI's implementations run one blocking ``MPI_Sendrecv`` per round per rank, so a rank posts
+round ``k`` only once its round ``k - 1`` send and receive are both done, and a send moves only
+once its receiver has posted the matching receive. Each step therefore also waits for the
+previous round's steps of both ranks it involves (the fold counts as the round before the first
+halving round, the last doubling round as the one before the unfold). Without them a participant
+that no rank folded into would run ahead into its next rounds and compete for a port with its
+partner's fold; with them every round starts once both partners finished the last one, the
+textbook timing of :func:`parplan.engine.analytic.allreduce_time`. (When the tensor has fewer
+elements than ``p'`` some steps are empty and dropped, and the order they carried with them.)
 """
 
 from __future__ import annotations
@@ -41,40 +51,48 @@ def halving_doubling_all_reduce(num_ranks: int, num_elements: int) -> Schedule:
     bounds = chunk_bounds(n, pp).tolist()
     buf = StepBuffer()
     log = WriteLog(p)
+    latest: list[list[int]] = [[] for _ in range(p)]  # each rank's steps of its latest round
+    pending: list[tuple[int, int, int, int, int, bool]] = []
 
     def send(src: int, dst: int, lo: int, hi: int, reduce: bool, phase: int) -> None:
-        step = buf.add(src, dst, lo, hi - lo, reduce, phase, log.live(src, lo, hi))
-        pending.append((dst, step, lo, hi, reduce))
+        data = log.live(src, lo, hi)
+        order = [x for x in dict.fromkeys(latest[src] + latest[dst]) if x not in data]
+        step = buf.add(src, dst, lo, hi - lo, reduce, phase, data + order)
+        pending.append((src, dst, step, lo, hi, reduce))
 
-    pending: list[tuple[int, int, int, int, bool]] = []
-
-    def deliver() -> None:
-        """Sends of one round are concurrent: record their writes only after the round."""
-        for item in pending:
-            log.write(item[0], *item[1:])
+    def end_round() -> None:
+        """Sends of one round are concurrent: record their writes (and the round each rank was
+        last in) only after the round."""
+        touched: dict[int, list[int]] = {}
+        for src, dst, step, lo, hi, reduce in pending:
+            log.write(dst, step, lo, hi, reduce)
+            touched.setdefault(src, []).append(step)
+            touched.setdefault(dst, []).append(step)
+        for rank, steps in touched.items():
+            latest[rank] = steps
         pending.clear()
 
     for i in range(extra):
         send(2 * i + 1, 2 * i, 0, n, True, 0)
-    deliver()
+    end_round()
     distance = pp // 2
     while distance >= 1:
         for i in range(pp):
             lo = (i // (2 * distance)) * 2 * distance
             give = lo if i & distance else lo + distance
             send(actual[i], actual[i ^ distance], bounds[give], bounds[give + distance], True, 1)
-        deliver()
+        end_round()
         distance //= 2
     distance = 1
     while distance < pp:
         for i in range(pp):
             lo = (i // distance) * distance
             send(actual[i], actual[i ^ distance], bounds[lo], bounds[lo + distance], False, 2)
-        deliver()
+        end_round()
         distance *= 2
     for i in range(extra):
         send(2 * i, 2 * i + 1, 0, n, False, 3)
-    deliver()
+    end_round()
     return buf.build(
         algorithm="halving_doubling",
         collective="all_reduce",

@@ -1,14 +1,26 @@
 """Tree collectives: k-ary tree all-reduce, and tree (binomial or k-ary) reduce and broadcast.
 
 A tree is a parent array over positions ``0 .. m-1`` with the root at position 0; position ``v``
-is rank ``ranks[v]``. The tensor is cut into ``segments`` contiguous segments that travel
-independently, which is what pipelining means here: a node forwards segment ``g`` as soon as its
-children's segment ``g`` has arrived, while segment ``g + 1`` may still be on its way up.
+is rank ``ranks[v]``. The tensor is cut into ``segments`` contiguous segments that form a
+pipeline: a node forwards segment ``g`` as soon as it has it, while segment ``g + 1`` is still on
+its way to it. The program order of each rank is what real implementations do with one buffer per
+link (NCCL's tree with a single slot, MPI's segmented reduce and broadcast):
 
 - Reduce, per segment: every non-root node sends its segment to its parent, which adds it in. The
-  send depends on exactly the steps that reduced into that node's segment (its children's sends).
-- Broadcast, per segment: the root sends to its children (depending on whatever last wrote the
-  root's segment), and every other node forwards what it received from its parent (one dependency).
+  send waits for the steps that reduced into that node's segment (its children's sends: data)
+  and for the parent to have reduced the previous segment from *all* its children (program
+  order: the parent's fused receive-reduce consumes a segment from every child at once, and only
+  then takes the next one). A node's segments therefore leave one after the other, and siblings
+  move in step instead of drifting apart on the parent's serial reduction stream.
+- Broadcast, per segment: the root sends to its children (after whatever last wrote the root's
+  segment), every other node forwards what it received from its parent (data), and a node's
+  segment ``g`` to a child waits for its segment ``g - 1`` to that child (program order).
+- The all-reduce is the reduce, then the broadcast (as MPI's non-overlapping reduce + broadcast):
+  the root starts broadcasting once it has reduced every segment, so the two pipelines never
+  compete for a port. With one segment this is the plain reduce + broadcast.
+
+These program-order dependencies share a rank with the step they order, which is what the data
+plane (:mod:`parplan.collectives.dataplane`) accepts beside data and anti-dependencies.
 
 The k-ary tree is the heap layout (parent of ``v`` is ``(v - 1) // k``); the binomial tree clears
 the lowest set bit (parent of ``v`` is ``v & (v - 1)``), giving depth ``ceil(log2 m)``.
@@ -71,18 +83,24 @@ def emit_tree_reduce(
     phase: int,
 ) -> list[list[int]]:
     """Append the reduce steps of every segment; returns, per segment, the steps that reduced into
-    the root (what a following broadcast or ring must wait for)."""
+    the root (what a following broadcast or ring must wait for).
+
+    A node's send of segment ``g`` waits for its children's segment ``g`` (data) and for its
+    parent to have reduced segment ``g - 1`` from all its children (program order, see the module
+    docstring), its own included.
+    """
     depth = depths(parents)
     order = sorted(range(1, len(parents)), key=lambda v: -depth[v])
-    segments = len(bounds) - 1
     into_root: list[list[int]] = []
-    for g in range(segments):
+    before: list[list[int]] = [[] for _ in parents]  # the steps into each node of the segment before
+    for g in range(len(bounds) - 1):
         offset, length = int(bounds[g]), int(bounds[g + 1] - bounds[g])
         into: list[list[int]] = [[] for _ in parents]
         for v in order:
             u = parents[v]
-            into[u].append(buf.add(ranks[v], ranks[u], offset, length, True, phase, into[v]))
+            into[u].append(buf.add(ranks[v], ranks[u], offset, length, True, phase, [*into[v], *before[u]]))
         into_root.append(into[0])
+        before = into
     return into_root
 
 
@@ -93,18 +111,27 @@ def emit_tree_broadcast(
     bounds: Sequence[int],
     phase: int,
     root_writers: Sequence[Sequence[int]] | None = None,
+    after: Sequence[int] = (),
 ) -> None:
     """Append the broadcast steps of every segment. ``root_writers[g]`` are the steps that wrote
-    the root's segment ``g`` (none when the root starts with the data)."""
+    the root's segment ``g`` (none when the root starts with the data); the root starts sending
+    once ``after`` (e.g. the whole reduce before it) is done as well.
+
+    A node forwards segment ``g`` to a child once it has it (data) and its send of segment
+    ``g - 1`` to that child is done (program order), so the segments form a pipeline.
+    """
     depth = depths(parents)
     order = sorted(range(1, len(parents)), key=lambda v: depth[v])
+    previous: list[list[int]] = [list(after) for _ in parents]  # the send into v of the segment before
     for g in range(len(bounds) - 1):
         offset, length = int(bounds[g]), int(bounds[g + 1] - bounds[g])
         received = [-1] * len(parents)
         for v in order:
             u = parents[v]
-            deps = (root_writers[g] if root_writers is not None else ()) if u == 0 else (received[u],)
-            received[v] = buf.add(ranks[u], ranks[v], offset, length, False, phase, deps)
+            data = list(root_writers[g] if root_writers is not None else ()) if u == 0 else [received[u]]
+            prior = [x for x in (previous[v] if u == 0 or g else ()) if x not in data]
+            received[v] = buf.add(ranks[u], ranks[v], offset, length, False, phase, data + prior)
+            previous[v] = [received[v]]
 
 
 def _check_tree_params(num_ranks: int, root: int, arity: int | None, segments: int) -> None:
@@ -137,7 +164,8 @@ def _meta(
 
 
 def tree_all_reduce(num_ranks: int, num_elements: int, *, arity: int = 2, segments: int = 1) -> Schedule:
-    """Reduce up a k-ary tree rooted at rank 0, then broadcast back down; ``segments`` pipelines.
+    """Reduce up a k-ary tree rooted at rank 0, then broadcast back down; ``segments`` pipelines
+    each (see the module docstring).
 
     >>> s = tree_all_reduce(7, 10, arity=2)
     >>> s.num_steps, s.meta["parents"]
@@ -149,7 +177,7 @@ def tree_all_reduce(num_ranks: int, num_elements: int, *, arity: int = 2, segmen
     bounds = chunk_bounds(num_elements, segments).tolist()
     buf = StepBuffer()
     into_root = emit_tree_reduce(buf, ranks, parents, bounds, 0)
-    emit_tree_broadcast(buf, ranks, parents, bounds, 1, into_root)
+    emit_tree_broadcast(buf, ranks, parents, bounds, 1, into_root, after=into_root[-1])
     return buf.build(
         algorithm="tree",
         collective="all_reduce",

@@ -19,25 +19,34 @@ every pair of ranks its own link. With ``p`` ranks and ``n`` bytes:
 - ``centralized``: ``2 alpha + 2(p-1) n beta + (p-1) n gamma`` through one port (the root's link
   carries every message), ``2 alpha + 2 n beta + (p-1) n gamma`` with a link per pair.
 - ``tree`` (k-ary heap tree), ``double_binary_tree`` (two NCCL binary trees, half the tensor each)
-  and the binomial trees inside ``hierarchical``: evaluated on the tree's *shapes*. Every node sends
-  its reduced tensor to its parent once its children's tensors are in; siblings' messages share the
-  parent's port by processor sharing (they may arrive at different times when subtrees differ); the
-  parent's reductions queue FIFO. The broadcast sends to all children at once (``k`` messages through
-  one port: ``alpha + k n beta`` per level). Subtrees of equal shape take equal time, so a tree of
-  p ranks costs O(number of distinct subtree shapes), a few dozen at most.
+  and the binomial trees inside ``hierarchical``: evaluated on the tree's *shapes*, the reduce up
+  the tree and then the broadcast down it (the schedules of :mod:`parplan.collectives.tree`).
+  Reduce: a node's children send it their segment once they have it and the node has reduced the
+  previous segment from all of them; their messages share the node's port by processor sharing
+  (they may start at different times when subtrees differ) and the node reduces them FIFO.
+  Broadcast: a node sends a segment to all its children at once (``k`` messages through one
+  port, ``alpha + k m beta`` for ``m``-byte segments) once it has it and has sent them the one
+  before: a flow shop along every root-to-leaf path, so with ``S`` segments a path of ``h``
+  stages costs its stages plus ``S - 1`` times its slowest one. On a perfect k-ary tree of height
+  ``h`` the broadcast costs ``(h + S - 1)(alpha + k m beta)`` through a port (``(h + S - 1)(alpha
+  + m beta)`` with a link per pair) and the reduce ``(h + S - 1)(alpha + k m (beta + gamma))``
+  (``(h + S - 1)(alpha + m beta + k m gamma)``). Subtrees of equal shape take equal time, so a
+  tree of p ranks costs O(distinct subtree shapes x S), a few dozen shapes at most; the structure
+  is computed once per (tree, p, port model) and cached, and with one segment chains of
+  single-kind shapes fold into linear forms.
 - ``hierarchical``: binomial reduce within each group to its leader, the ring above among the ``q``
   leaders (with the inter-group ``alpha``/``beta``), binomial broadcast within the groups.
 
 Exact agreement with the event engine (within float rounding) holds on uniform switch and fully
-connected clusters for ``ring``, ``centralized``, ``tree`` (one segment, or any segments with
-gamma = 0: the schedule sends all segments at once, so under fair sharing they cost what one
-message does; with gamma > 0 the analytic charges the reductions as for one segment, an upper bound),
-``double_binary_tree``, ``halving_doubling`` for powers of two, ``hierarchical`` with equal
-groups, and multi-channel rings with gamma = 0 (an upper bound with gamma > 0). Tensor sizes are
-taken as continuous (``n / p`` per chunk); schedules cut whole elements. ``halving_doubling`` with
-p not a power of two is the textbook form: its schedule lets a participant's later rounds (and its
-partner's first) start before the fold or an earlier round has landed, which the engine times as
-contention, so the two differ there.
+connected clusters for ``ring``, ``centralized``, ``halving_doubling`` (any p: its schedule runs
+each round once both partners finished the last), ``tree`` (any arity and segments), the
+standalone tree reduce and broadcast (:func:`tree_reduce_time`, :func:`tree_broadcast_time`;
+binomial or k-ary, any segments), ``double_binary_tree`` with one segment, ``hierarchical`` with
+equal groups, and multi-channel rings with gamma = 0 (an upper bound with gamma > 0). With
+segments, ``double_binary_tree`` is optimistic: the two trees' pipelines share ports, which the
+closed form (the slower tree alone) ignores; measured up to 16% below the engine (p <= 64, up
+to 8 segments). Tensor sizes are taken as continuous (``n / p`` per chunk, ``n / S`` per
+segment); schedules cut whole elements.
 
 Lower bounds (:func:`lower_bound_s`): ``ceil(log2 p) alpha`` and ``2(p-1)/p n beta``. The bandwidth
 bound holds for every algorithm here. The latency bound assumes a rank handles one message per
@@ -53,6 +62,7 @@ tiny tensors; every algorithm pays at least ``2 alpha``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +79,8 @@ __all__ = [
     "bus_bandwidth",
     "latency_lower_bound_s",
     "lower_bound_s",
+    "tree_broadcast_time",
+    "tree_reduce_time",
     "tree_time",
 ]
 
@@ -192,14 +204,13 @@ def allreduce_time(
         fan = p - 1 if shared_port else 1
         return 2.0 * a + 2.0 * fan * n * b + (p - 1) * n * g
     if name == "tree":
-        shapes = _kary_shapes(p, algo.arity)
-        return tree_time(shapes, n, a, b, g, shared_port)
+        up, down = _plan_time(_kary_plan(p, algo.arity, shared_port), algo.segments, n, a, b, g)
+        return up + down
     if name == "double_binary_tree":
-        first, second = _dbt_shapes(p)
-        half = n / 2.0
-        return max(
-            tree_time(first, half, a, b, g, shared_port), tree_time(second, half, a, b, g, shared_port)
-        )
+        first, second = _dbt_plans(p, shared_port)
+        one = _plan_time(first, algo.segments, n / 2.0, a, b, g)
+        two = _plan_time(second, algo.segments, n / 2.0, a, b, g)
+        return max(one[0] + one[1], two[0] + two[1])
     return _hierarchical(algo, p, n, a, b, g, groups, shared_port, intra_alpha_s, intra_beta_s_per_byte)
 
 
@@ -236,8 +247,7 @@ def _hierarchical(
     up = 0.0
     down = 0.0
     for m in set(sizes):
-        shapes = _binomial_shapes(m)
-        r, d = _tree_phases(shapes, n, ia, ib, g, shared_port)
+        r, d = _plan_time(_binomial_plan(m, shared_port), 1, n, ia, ib, g)
         up = max(up, r)
         down = max(down, d)
     return up + _ring(len(sizes), n, a, b, g) + down
@@ -313,99 +323,265 @@ def _rooted(parent_by_rank: Sequence[int]) -> list[int]:
     return [-1] + [position[parent_by_rank[r]] for r in ranks[1:]]
 
 
-def _shared_completions(groups: list[tuple[float, int]], work_s: float) -> list[tuple[float, int]]:
-    """Completion times of equal messages (``work_s`` each at full rate) sharing one port.
+# -- tree plans: the structure the evaluation needs, computed once per tree and port model ------
 
-    ``groups`` are ``(start time, count)`` sorted by distinct start; processor sharing, every
-    message alone could use the whole port. Messages of a group finish together and, having had
-    more service, earlier groups finish first: each step either admits the next group or retires
-    the oldest, so the loop ends after ``2 x len(groups)`` steps.
+_Kids = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class _TreePlan:
+    """A tree's shapes compiled for fast evaluation under one port model (cached per tree).
+
+    ``steps``: every non-leaf shape bottom-up as ``(shape, children, cw, cr)``; a shape with one
+    kind of children (``count`` of them) costs them ``alpha + cw work + cr red`` once they start
+    together (``cw = count`` through a shared port, 1 with a link each; ``cr = count``).
+    ``flat`` / ``flat_root``: the one-segment reduce with chains of such shapes folded into
+    linear forms: only shapes with children of several kinds remain, each child as ``(base,
+    term, count)``: it starts moving at the value of flat node ``base - 1`` (0 for a leaf, ``base
+    = 0``) plus ``terms[term]``, a number of alphas, per-message transfer times and reductions
+    (the chain's and the alpha of its own send). A flat node is *in turn* when its kinds of
+    children, smallest subtree first, each have at least as many children of the kind before
+    (one, with a link each) as that kind has members: then each kind's subtree cannot finish
+    before the previous kind's messages are in, so the messages never share the port and arrive
+    in that order (binomial trees: child ``B_j`` has a ``B_{j-1}`` child).
+    ``down``: the Pareto-maximal ``(hops, fan sum, largest fan)`` of the root-to-leaf paths, where
+    a node's fan is its children's share of its port (their number through a shared port, 1 with
+    a link each).
     """
-    done: list[tuple[float, int]] = []
-    active: list[list[float]] = []  # [remaining work per message, count], oldest first
-    t = groups[0][0]
-    i = 0
-    while i < len(groups) or active:
-        if not active:
-            t = max(t, groups[i][0])
-            active.append([work_s, float(groups[i][1])])
-            i += 1
-            continue
-        k = sum(c for _, c in active)
-        t_done = t + max(active[0][0], 0.0) * k
-        if i < len(groups) and groups[i][0] < t_done:  # the next group arrives first
-            served = (groups[i][0] - t) / k
-            for item in active:
-                item[0] -= served
-            t = groups[i][0]
-            active.append([work_s, float(groups[i][1])])
-            i += 1
-        else:  # the oldest group finishes first
-            served = max(active[0][0], 0.0)
-            for item in active:
-                item[0] -= served
-            t = t_done
-            done.append((t, int(active.pop(0)[1])))
-    return done
+
+    shapes: TreeShapes
+    shared_port: bool
+    steps: tuple[tuple[int, _Kids, int, int], ...]
+    flat: tuple[tuple[bool, tuple[tuple[int, int, int], ...]], ...]
+    flat_root: tuple[int, int]
+    terms: tuple[tuple[int, int, int], ...]
+    down: tuple[tuple[int, int, int], ...]
 
 
-def _tree_phases(
-    shapes: TreeShapes, n: float, a: float, b: float, g: float, shared_port: bool
-) -> tuple[float, float]:
-    """(reduce time to the root, broadcast time from the root) of a tree of ``n``-byte messages."""
-    work = n * b
-    red = n * g
-    up = [0.0] * len(shapes)
-    down = [0.0] * len(shapes)
+def _pareto(points: set[tuple[int, int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """The points no other point dominates in every coordinate."""
+    return tuple(
+        sorted(
+            x
+            for x in points
+            if not any(y != x and y[0] >= x[0] and y[1] >= x[1] and y[2] >= x[2] for y in points)
+        )
+    )
+
+
+def _compile(shapes: TreeShapes, shared_port: bool) -> _TreePlan:
+    steps: list[tuple[int, _Kids, int, int]] = []
+    flat: list[tuple[bool, tuple[tuple[int, int, int], ...]]] = []
+    terms: dict[tuple[int, int, int], int] = {}
+    rep: list[tuple[int, int, int, int]] = []  # per shape: (flat base, alphas, works, reds)
+    paths: list[set[tuple[int, int, int]]] = []
+    size: list[int] = []  # nodes per subtree
     for s, kids in enumerate(shapes):
+        size.append(1 + sum(size[c] * count for c, count in kids))
         if not kids:
+            rep.append((0, 0, 0, 0))
+            paths.append({(0, 0, 0)})
             continue
+        total = sum(count for _, count in kids)
+        fan = total if shared_port else 1
+        paths.append({(h + 1, f + fan, max(m, fan)) for c, _ in kids for h, f, m in paths[c]})
+        paths[s] = set(_pareto(paths[s]))
         if len(kids) == 1:
             c, count = kids[0]
-            start = up[c] + a
-            if shared_port:
-                up[s] = start + count * (work + red)
-                down[s] = a + count * work + down[c]
-            else:
-                up[s] = start + work + count * red
-                down[s] = a + work + down[c]
-            continue
-        arrivals = sorted([(up[c] + a, count) for c, count in kids])
-        fan = 0
-        deepest = 0.0
-        for c, count in kids:
-            fan += count
-            if down[c] > deepest:
-                deepest = down[c]
-        if not shared_port:
-            completions = [(start + work, count) for start, count in arrivals]
-            fan = 1
-        elif len(arrivals) == 2 and arrivals[0][0] < arrivals[1][0]:
-            (s1, c1), (s2, c2) = arrivals
-            alone = s1 + c1 * work
-            if alone <= s2:
-                completions = [(alone, c1), (s2 + c2 * work, c2)]
-            else:  # group 1 has w - (s2 - s1)/c1 left each when group 2 joins; then they share
-                left = work - (s2 - s1) / c1
-                t1 = s2 + left * (c1 + c2)
-                completions = [(t1, c1), (t1 + c2 * (work - left), c2)]
+            cw = count if shared_port else 1
+            steps.append((s, kids, cw, count))
+            base, na, nw, nr = rep[c]
+            rep.append((base, na + 1, nw + cw, nr + count))
         else:
-            merged: list[tuple[float, int]] = []
-            for start, count in arrivals:
-                if merged and merged[-1][0] == start:
-                    merged[-1] = (start, merged[-1][1] + count)
-                else:
-                    merged.append((start, count))
-            if len(merged) == 1:
-                completions = [(merged[0][0] + merged[0][1] * work, merged[0][1])]
-            else:
-                completions = _shared_completions(merged, work)
-        end = -math.inf
-        for t, count in completions:
+            steps.append((s, kids, 0, 0))
+            ordered = sorted(kids, key=lambda kid: size[kid[0]])
+            in_turn = all(
+                dict(shapes[bigger]).get(smaller, 0) >= (count if shared_port else 1)
+                for (smaller, count), (bigger, _) in itertools.pairwise(ordered)
+            )
+            entries = tuple(
+                (rep[c][0], terms.setdefault((rep[c][1] + 1, rep[c][2], rep[c][3]), len(terms)), count)
+                for c, count in (ordered if in_turn else kids)
+            )
+            flat.append((in_turn, entries))
+            rep.append((len(flat), 0, 0, 0))
+    base, na, nw, nr = rep[-1]
+    return _TreePlan(
+        shapes=shapes,
+        shared_port=shared_port,
+        steps=tuple(steps),
+        flat=tuple(flat),
+        flat_root=(base, terms.setdefault((na, nw, nr), len(terms))),
+        terms=tuple(terms),
+        down=tuple(x for x in _pareto(paths[-1]) if x[0]),  # a lone root has no path
+    )
+
+
+@lru_cache(maxsize=1024)
+def _kary_plan(p: int, arity: int, shared_port: bool) -> _TreePlan:
+    return _compile(_kary_shapes(p, arity), shared_port)
+
+
+@lru_cache(maxsize=1024)
+def _binomial_plan(m: int, shared_port: bool) -> _TreePlan:
+    return _compile(_binomial_shapes(m), shared_port)
+
+
+@lru_cache(maxsize=1024)
+def _dbt_plans(p: int, shared_port: bool) -> tuple[_TreePlan, _TreePlan]:
+    first, second = _dbt_shapes(p)
+    return _compile(first, shared_port), _compile(second, shared_port)
+
+
+@lru_cache(maxsize=256)
+def _plan_of(shapes: TreeShapes, shared_port: bool) -> _TreePlan:
+    return _compile(shapes, shared_port)
+
+
+# -- evaluating a plan -------------------------------------------------------------------------
+
+
+def _stage_end(starts: list[tuple[float, int]], work: float, red: float, shared_port: bool) -> float:
+    """When a node has reduced the messages of its children that start moving at ``starts``
+    (``(time, count)``: ``count`` equal messages of ``work`` seconds alone each).
+
+    Through a shared port the messages share it by processor sharing (every moving message gets
+    the same rate), with a link each they move at full rate; the node reduces them FIFO in order
+    of arrival, ``red`` seconds each. Under processor sharing every message gets the same
+    service, so equal messages finish in the order they started: tracking the service ``v`` one
+    message has had since time ``starts[0]``, the oldest group still moving ends when ``v``
+    reaches its start value plus ``work``. Each pass admits a group or retires one: at most
+    ``2 x len(starts)`` passes.
+    """
+    starts.sort()
+    end = -math.inf
+    if not shared_port:
+        for t, count in starts:
+            t += work
             end = (end if end > t else t) + count * red
-        up[s] = end
-        down[s] = a + fan * work + deepest
-    return up[-1], down[-1]
+        return end
+    if len(starts) == 2:
+        return _two_groups(starts[0][0], starts[0][1], starts[1][0], starts[1][1], work, red)
+    vs = [0.0]  # the service counter when each group started; it ends at that plus ``work``
+    t, active = starts[0]
+    v = 0.0
+    head = 0
+    i = 1
+    groups = len(starts)
+    next_start = starts[1][0]
+    while True:
+        t_done = t + (vs[head] + work - v) * active
+        if next_start < t_done:  # the next group starts first
+            v += (next_start - t) / active
+            t = next_start
+            vs.append(v)
+            active += starts[i][1]
+            i += 1
+            next_start = starts[i][0] if i < groups else math.inf
+        else:  # the oldest group ends first
+            v = vs[head] + work
+            t = t_done
+            count = starts[head][1]
+            head += 1
+            active -= count
+            end = (end if end > t else t) + count * red
+            if head == i:  # nothing moving: the next group starts
+                if i == groups:
+                    return end
+                t, active = starts[i]
+                vs.append(v)
+                i += 1
+                next_start = starts[i][0] if i < groups else math.inf
+
+
+def _two_groups(s1: float, c1: int, s2: float, c2: int, work: float, red: float) -> float:
+    """:func:`_stage_end` through a shared port for two groups, ``s1 <= s2``, in closed form."""
+    alone = s1 + c1 * work
+    if alone <= s2:  # group 1 ends before group 2 starts
+        end = alone + c1 * red
+        t2 = s2 + c2 * work
+    else:  # group 1 has work - (s2 - s1)/c1 left each when group 2 joins; then they share
+        left = work - (s2 - s1) / c1
+        t1 = s2 + left * (c1 + c2)
+        end = t1 + c1 * red
+        t2 = t1 + c2 * (work - left)
+    return (end if end > t2 else t2) + c2 * red
+
+
+def _reduce_one(plan: _TreePlan, a: float, work: float, red: float) -> float:
+    """One segment: the folded linear chains, a stage per shape with children of several kinds."""
+    lin = [na * a + nw * work + nr * red for na, nw, nr in plan.terms]
+    values = [0.0]  # a leaf's, then each flat node's
+    shared = plan.shared_port
+    for in_turn, kids in plan.flat:
+        if in_turn:  # each kind of child ends before the next starts: no sharing, no sort
+            end = -math.inf
+            for b, j, count in kids:
+                t = values[b] + lin[j] + (count * work if shared else work)
+                end = (end if end > t else t) + count * red
+            values.append(end)
+        elif shared and len(kids) == 2:  # the common case (heap trees): no lists, no sort
+            (b1, j1, c1), (b2, j2, c2) = kids
+            s1 = values[b1] + lin[j1]
+            s2 = values[b2] + lin[j2]
+            values.append(
+                _two_groups(s1, c1, s2, c2, work, red) if s1 <= s2 else _two_groups(s2, c2, s1, c1, work, red)
+            )
+        else:
+            values.append(
+                _stage_end([(values[b] + lin[j], count) for b, j, count in kids], work, red, shared)
+            )
+    b, j = plan.flat_root
+    return values[b] + lin[j]
+
+
+def _reduce_pipelined(plan: _TreePlan, segments: int, a: float, work: float, red: float) -> float:
+    """``segments`` segments, swept one at a time over every shape: a node's children start
+    segment ``g`` once they have it and the node has reduced segment ``g - 1`` from all of them."""
+    shared = plan.shared_port
+    size = len(plan.shapes)
+    before = [-math.inf] * size  # when each shape finished the previous segment
+    for _ in range(segments):
+        now = [0.0] * size  # leaves have every segment from the start
+        for s, kids, cw, cr in plan.steps:
+            last = before[s]
+            if cw:
+                ready = now[kids[0][0]]
+                now[s] = (ready if ready > last else last) + a + cw * work + cr * red
+            else:
+                now[s] = _stage_end(
+                    [((now[c] if now[c] > last else last) + a, count) for c, count in kids], work, red, shared
+                )
+        before = now
+    return before[-1]
+
+
+def _reduce_time(plan: _TreePlan, segments: int, a: float, work: float, red: float) -> float:
+    """The reduce phase: the time the root has reduced the last segment."""
+    if segments == 1:
+        return _reduce_one(plan, a, work, red)
+    return _reduce_pipelined(plan, segments, a, work, red)
+
+
+def _broadcast_time(plan: _TreePlan, segments: int, a: float, work: float) -> float:
+    """A flow shop along every root-to-leaf path (a node's segment ``g`` goes to all its children
+    at once, once it has it and has sent them ``g - 1``): the path's stages plus ``segments - 1``
+    times its slowest stage, ``alpha + fan x work``."""
+    extra = segments - 1
+    longest = 0.0
+    for h, f, m in plan.down:
+        t = (h + extra) * a + (f + extra * m) * work
+        if t > longest:
+            longest = t
+    return longest
+
+
+def _plan_time(plan: _TreePlan, segments: int, n: float, a: float, b: float, g: float) -> tuple[float, float]:
+    """(reduce, broadcast) seconds of an ``n``-byte tensor in ``segments`` segments."""
+    work = n / segments * b
+    red = n / segments * g
+    up = _reduce_one(plan, a, work, red) if segments == 1 else _reduce_pipelined(plan, segments, a, work, red)
+    return up, _broadcast_time(plan, segments, a, work)
 
 
 def tree_time(
@@ -415,7 +591,69 @@ def tree_time(
     beta_s_per_byte: float,
     gamma_s_per_byte: float,
     shared_port: bool = True,
+    segments: int = 1,
 ) -> float:
-    """Reduce up then broadcast down a tree (given by its shapes) with ``size_bytes`` messages."""
-    up, down = _tree_phases(shapes, size_bytes, alpha_s, beta_s_per_byte, gamma_s_per_byte, shared_port)
+    """Reduce up then broadcast down a tree (given by its shapes) with ``size_bytes`` messages cut
+    into ``segments`` pipelined segments."""
+    if segments < 1:
+        raise CollectiveError(f"segments must be >= 1, got {segments}")
+    up, down = _plan_time(
+        _plan_of(shapes, shared_port), segments, size_bytes, alpha_s, beta_s_per_byte, gamma_s_per_byte
+    )
     return up + down
+
+
+def _tree_plan(num_ranks: int, arity: int | None, shared_port: bool) -> _TreePlan:
+    if arity is None:
+        return _binomial_plan(num_ranks, shared_port)
+    if arity < 2:
+        raise CollectiveError(f"tree arity must be >= 2, got {arity}")
+    return _kary_plan(num_ranks, arity, shared_port)
+
+
+def _check_tree_call(num_ranks: int, segments: int) -> None:
+    if num_ranks < 1:
+        raise CollectiveError(f"a collective needs at least one rank, got {num_ranks}")
+    if segments < 1:
+        raise CollectiveError(f"segments must be >= 1, got {segments}")
+
+
+def tree_reduce_time(
+    num_ranks: int,
+    size_bytes: float,
+    *,
+    alpha_s: float,
+    beta_s_per_byte: float,
+    gamma_s_per_byte: float = 0.0,
+    arity: int | None = None,
+    segments: int = 1,
+    shared_port: bool = True,
+) -> float:
+    """Seconds of :func:`parplan.collectives.tree.tree_reduce` on a uniform group: a binomial
+    tree (``arity=None``) or a k-ary heap tree, ``segments`` pipelined segments (the root does
+    not change the time)."""
+    _check_tree_call(num_ranks, segments)
+    if num_ranks == 1 or size_bytes <= 0:
+        return 0.0
+    per = float(size_bytes) / segments
+    plan = _tree_plan(num_ranks, arity, shared_port)
+    return _reduce_time(plan, segments, alpha_s, per * beta_s_per_byte, per * gamma_s_per_byte)
+
+
+def tree_broadcast_time(
+    num_ranks: int,
+    size_bytes: float,
+    *,
+    alpha_s: float,
+    beta_s_per_byte: float,
+    arity: int | None = None,
+    segments: int = 1,
+    shared_port: bool = True,
+) -> float:
+    """Seconds of :func:`parplan.collectives.tree.tree_broadcast` on a uniform group (see
+    :func:`tree_reduce_time`)."""
+    _check_tree_call(num_ranks, segments)
+    if num_ranks == 1 or size_bytes <= 0:
+        return 0.0
+    plan = _tree_plan(num_ranks, arity, shared_port)
+    return _broadcast_time(plan, segments, alpha_s, float(size_bytes) / segments * beta_s_per_byte)

@@ -13,16 +13,15 @@ Layout:
 
 Every COMPUTE and TRANSFER task gives exactly one complete (``"X"``) event; MARKER tasks take no time
 and give none. Times are microseconds. A reducing transfer's args carry when its reduction ended.
-The file is written to a temporary file next to ``path`` and moved into place, so a reader never
-sees half a trace.
+The file is written with :func:`parplan.report.output.atomic_target`: to a temporary file next to
+``path`` moved into place, so a reader never sees half a trace; a special file such as
+``/dev/null`` is written into, never replaced, and a symbolic link is followed.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
-import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 from parplan.engine.result import SimResult
 from parplan.errors import ParplanError
 from parplan.plan.taskgraph import COMPUTE, TRANSFER, TaskGraph
+from parplan.report.output import atomic_target
 from parplan.topology.network import Network
 
 DEVICES_PID = 1
@@ -56,14 +56,10 @@ def write_chrome_trace(
     if len(result.start_s) != graph.num_tasks:
         raise ParplanError("the result does not belong to this task graph")
     events, threads = _task_events(result, graph, network, timed)
-    target = Path(path)
-    directory = target.parent if str(target.parent) else Path(".")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    except OSError as exc:
-        raise ParplanError(f"cannot write trace {str(target)!r}: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
+        # A temporary file moved into place (so a reader never sees half a trace), written into
+        # special files such as /dev/null instead, following symbolic links.
+        with atomic_target(path) as tmp, open(tmp, "w", encoding="utf-8") as out:
             out.write('{"displayTimeUnit": "ns", "otherData": ')
             json.dump({"makespan_s": result.makespan_s, "cluster": network.name}, out)
             out.write(', "traceEvents": [\n')
@@ -74,16 +70,8 @@ def write_chrome_trace(
                 out.write(json.dumps(event, separators=(",", ":")))
                 first = False
             out.write("\n]}\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a trace is an ordinary file
-        os.replace(tmp, target)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ParplanError(f"cannot write trace {str(target)!r}: {exc.strerror}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        raise ParplanError(f"cannot write trace {str(path)!r}: {exc.strerror or exc}") from None
     return len(events)
 
 

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.collectives.dataplane import DEP_KINDS
 from parplan.collectives.registry import ALGORITHMS, build_schedule
 from parplan.collectives.volumes import allreduce_total_lower_bound, expected_traffic
 from tests.collectives.cases import (
@@ -112,16 +113,88 @@ def test_ring_steps_and_single_dependencies(p: int) -> None:
     np.testing.assert_array_equal(schedule.offset[deps], schedule.offset[later])
 
 
-def test_tree_segments_pipeline_independently() -> None:
+def test_tree_segments_pipeline() -> None:
     p, n, segments = 7, 30, 3
     schedule = build_schedule({"name": "tree", "arity": 2, "segments": segments}, p, n)
     assert schedule.num_steps == 2 * (p - 1) * segments
+    result = run_and_check(schedule, [np.arange(n) * r for r in range(p)])
+    parent = [-1, 0, 0, 1, 1, 2, 2]
+    seg = (schedule.offset // (n // segments)).tolist()
+    up = {}  # (child, segment) -> its reduce step into its parent
+    down = {}  # (child, segment) -> the broadcast step into it
     for i in range(schedule.num_steps):
-        for d in schedule.deps(i).tolist():  # a segment never waits for another segment
-            assert schedule.offset[d] == schedule.offset[i]
-    leaves = [i for i in range(schedule.num_steps) if schedule.src[i] >= 3 and schedule.reduce[i]]
-    assert all(schedule.dep_counts[i] == 0 for i in leaves)
-    run_and_check(schedule, [np.arange(n) * r for r in range(p)])
+        src, dst = int(schedule.src[i]), int(schedule.dst[i])
+        if schedule.reduce[i]:
+            assert parent[src] == dst
+            up[src, seg[i]] = i
+        else:
+            assert parent[dst] == src
+            down[dst, seg[i]] = i
+    kids = {u: [v for v in range(p) if parent[v] == u] for u in range(p)}
+    expected: dict[int, tuple[set[int], set[int]]] = {}  # step -> (data deps, program-order deps)
+    for (v, g), i in up.items():
+        # Data: the children's segment g into v. Order: the parent took segment g - 1 from all
+        # its children (v included) before it takes segment g from any.
+        order = {up[w, g - 1] for w in kids[parent[v]]} if g else set()
+        expected[i] = ({up[c, g] for c in kids[v]}, order)
+    for (v, g), i in down.items():
+        u = parent[v]
+        data = {up[c, g] for c in kids[0]} if u == 0 else {down[u, g]}
+        # Order: u's segment g - 1 to v; the root's first segment waits for the whole reduce.
+        first = {up[c, segments - 1] for c in kids[0]} if u == 0 else set()
+        order = {down[v, g - 1]} if g else first
+        expected[i] = (data, order)
+    for i in range(schedule.num_steps):
+        data, order = expected[i]
+        assert set(schedule.deps(i).tolist()) == data | order
+        for k in range(int(schedule.dep_offsets[i]), int(schedule.dep_offsets[i + 1])):
+            d = int(schedule.dep_indices[k])
+            assert DEP_KINDS[result.dep_kinds[k]] == ("data" if d in data else "order")
+
+
+@pytest.mark.parametrize(
+    ("spec", "p"),
+    [
+        ("ring", 7),
+        ("centralized", 5),
+        ("hierarchical:3", 7),
+        ("tree", 9),
+        ("tree:3", 9),
+        ("double_binary_tree", 7),
+    ],
+)
+def test_unsegmented_schedules_have_only_data_dependencies(spec: str, p: int) -> None:
+    n = 3 * p + 1
+    result = run_and_check(build_schedule(spec, p, n), [np.arange(n) + r for r in range(p)])
+    assert (result.dep_kinds == DEP_KINDS.index("data")).all()
+
+
+@pytest.mark.parametrize("p", [4, 5, 6, 7, 8, 12])
+def test_halving_doubling_follows_the_round_structure(p: int) -> None:
+    n = 8 * p
+    schedule = build_schedule("halving_doubling", p, n)
+    result = run_and_check(schedule, [np.arange(n) * (r + 1) for r in range(p)])
+    kinds = result.dep_kinds
+    assert set(DEP_KINDS[k] for k in kinds.tolist()) <= {"data", "anti", "order"}
+    # Rounds in step order: the fold, log2(p') halving rounds, as many doubling rounds, the unfold.
+    pp = 1 << (p.bit_length() - 1)
+    extra = p - pp
+    sizes = ([extra] if extra else []) + [pp] * 2 * (pp.bit_length() - 1) + ([extra] if extra else [])
+    round_of = np.repeat(np.arange(len(sizes)), sizes)
+    assert len(round_of) == schedule.num_steps
+    for i in range(schedule.num_steps):
+        ranks = {int(schedule.src[i]), int(schedule.dst[i])}
+        deps = schedule.deps(i).tolist()
+        # Each step waits for every step of the rank's latest earlier round, for both its ranks.
+        for r in ranks:
+            earlier = [
+                x for x in range(i) if r in (schedule.src[x], schedule.dst[x]) and round_of[x] < round_of[i]
+            ]
+            if earlier:
+                last = max(round_of[x] for x in earlier)
+                assert {x for x in earlier if round_of[x] == last} <= set(deps), (i, r)
+        # ... and never on a step of its own round.
+        assert all(round_of[d] < round_of[i] for d in deps)
 
 
 @pytest.mark.parametrize("p", list(range(2, 40)))

@@ -1,5 +1,6 @@
 """The data plane's checks catch broken schedules: missing or spurious dependencies, races,
-double counting, sending data not yet received, malformed structure and bad inputs."""
+double counting, sending data not yet received, malformed structure and bad inputs; and it
+accepts, and names, the program-order dependencies of a rank's own sends and receives."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from parplan.collectives.dataplane import run_schedule
+from parplan.collectives.dataplane import DEP_DATA, DEP_KINDS, DEP_SPURIOUS, run_schedule
 from parplan.collectives.registry import ALGORITHMS, COLLECTIVE_BUILDERS, build_schedule
 from parplan.collectives.schedule import Schedule
 from parplan.errors import CollectiveError
@@ -32,44 +33,68 @@ def _arrays(p: int = 7, n: int = 23) -> list[np.ndarray]:
 @pytest.mark.parametrize("name", NAMES)
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
-def test_removing_any_dependency_is_caught(name: str, data: st.DataObject) -> None:
+def test_removing_any_data_dependency_is_caught(name: str, data: st.DataObject) -> None:
     schedule = _schedule(name)
+    kinds = run_schedule(schedule, _arrays()).dep_kinds
     deps = dep_lists(schedule)
-    with_any = [i for i, d in enumerate(deps) if d]
-    step = data.draw(st.sampled_from(with_any))
-    dropped = data.draw(st.sampled_from(deps[step]))
+    data_deps = [
+        (i, int(schedule.dep_indices[k]))
+        for i in range(schedule.num_steps)
+        for k in range(int(schedule.dep_offsets[i]), int(schedule.dep_offsets[i + 1]))
+        if kinds[k] == DEP_DATA
+    ]
+    step, dropped = data.draw(st.sampled_from(data_deps))
     deps[step] = [d for d in deps[step] if d != dropped]
     with pytest.raises(CollectiveError, match=rf"step {step} .*missing dependency"):
         run_schedule(with_deps(schedule, deps), _arrays())
 
 
-@pytest.mark.parametrize("name", NAMES)
+def _shares_a_rank(schedule: Schedule, x: int, step: int) -> bool:
+    ranks = {int(schedule.src[step]), int(schedule.dst[step])}
+    return bool({int(schedule.src[x]), int(schedule.dst[x])} & ranks)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "centralized"])  # all its steps share the root
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_adding_a_spurious_dependency_is_caught(name: str, data: st.DataObject) -> None:
     schedule = _schedule(name)
     deps = dep_lists(schedule)
     step = data.draw(st.integers(1, schedule.num_steps - 1))
-    src, dst = int(schedule.src[step]), int(schedule.dst[step])
-    lo, hi = int(schedule.offset[step]), int(schedule.offset[step] + schedule.length[step])
-
-    def unrelated(x: int) -> bool:
-        """x neither wrote what the step sends nor used what it writes (reductions commute)."""
-        overlap = schedule.offset[x] < hi and lo < schedule.offset[x] + schedule.length[x]
-        both_reduce = bool(schedule.reduce[x] and schedule.reduce[step])
-        x_src, x_dst = int(schedule.src[x]), int(schedule.dst[x])
-        return not (overlap and (x_dst == src or x_src == dst or (x_dst == dst and not both_reduce)))
-
-    candidates = [x for x in range(step) if x not in deps[step] and unrelated(x)]
+    # Steps sharing no rank with this one: neither a writer of what it sends, nor a use of what it
+    # writes, nor an earlier operation of its own ranks.
+    candidates = [x for x in range(step) if not _shares_a_rank(schedule, x, step)]
     assume(candidates)
     extra = data.draw(st.sampled_from(candidates))
     deps[step] = [*deps[step], extra]
     broken = with_deps(schedule, deps)
     with pytest.raises(CollectiveError, match=rf"step {step} depends on step {extra}.*spurious"):
         run_schedule(broken, _arrays())
-    # A spurious dependency only costs concurrency: the lenient mode still runs it correctly.
+    # A spurious dependency only costs concurrency: the lenient mode still runs it correctly,
+    # and names it.
     result = run_schedule(broken, _arrays(), exact_deps=False)
     np.testing.assert_array_equal(result.arrays[0], sum(_arrays()))
+    position = int(broken.dep_offsets[step]) + len(deps[step]) - 1
+    assert DEP_KINDS[result.dep_kinds[position]] == "spurious"
+    assert (result.dep_kinds == DEP_SPURIOUS).sum() == 1
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_program_order_dependency_is_accepted(data: st.DataObject) -> None:
+    # The ring has only data dependencies; making a step also wait for any earlier step of its
+    # sender or receiver (that is not already a dependency) is legitimate program order.
+    schedule = _schedule("ring")
+    deps = dep_lists(schedule)
+    step = data.draw(st.integers(1, schedule.num_steps - 1))
+    candidates = [x for x in range(step) if x not in deps[step] and _shares_a_rank(schedule, x, step)]
+    assume(candidates)
+    extra = data.draw(st.sampled_from(candidates))
+    deps[step] = [*deps[step], extra]
+    result = run_schedule(with_deps(schedule, deps), _arrays())
+    np.testing.assert_array_equal(result.arrays[3], sum(_arrays()))
+    added = int(schedule.dep_offsets[step + 1])  # the position of the extra dependency
+    assert DEP_KINDS[result.dep_kinds[added]] in ("anti", "order")
 
 
 def test_dependency_listed_twice_is_caught() -> None:

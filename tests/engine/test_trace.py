@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +62,7 @@ def test_mixed_graph_gives_one_event_per_timed_task(tmp_path: Path) -> None:
     }
     assert {names[(DEVICES_PID, i)] for i in range(3)} == set(graph.devices)
     assert names[(LINKS_PID, by_task[t1]["tid"])] == "h0->sw0"
-    assert not list(tmp_path.glob(".*.tmp"))  # the temporary file was moved into place
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]  # the temporary file was moved
 
 
 def test_overlapping_flows_on_one_link_get_lanes(tmp_path: Path) -> None:
@@ -99,3 +102,36 @@ def test_trace_limits_and_errors(tmp_path: Path) -> None:
         write_chrome_trace(result, graph, net, tmp_path / "x.json", max_events=1)
     with pytest.raises(ParplanError, match="cannot write"):
         write_chrome_trace(result, graph, net, tmp_path / "missing" / "x.json")
+
+
+def _small_run() -> tuple[Any, Any, Any]:
+    net = switch_network(2, 1e9, 0.0)
+    b = TaskGraphBuilder()
+    b.transfer("h0", "h1", 1e6)
+    graph = b.build()
+    return simulate(graph, net), graph, net
+
+
+def test_trace_into_a_special_file_leaves_it_in_place(tmp_path: Path) -> None:
+    # A FIFO stands for /dev/null or /dev/stdout: written into, never replaced by a regular file.
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    assert write_chrome_trace(*_small_run(), fifo) == 1
+    reader.join(timeout=10)
+    assert len(received) == 1, "nothing was written into the FIFO"
+    assert len(_complete_events(json.loads(received[0]))) == 1
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace.json"]
+
+
+def test_trace_through_a_symlink_replaces_its_target(tmp_path: Path) -> None:
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    write_chrome_trace(*_small_run(), link)
+    assert link.is_symlink()
+    assert len(_complete_events(_load(real))) == 1
