@@ -53,9 +53,11 @@ class HalvingDoublingAlgorithm(Spec):
 
 
 class DoubleBinaryTreeAlgorithm(Spec):
-    """Two complementary binary trees, each carrying half the tensor (NCCL's tree algorithm)."""
+    """Two complementary binary trees, each carrying half the tensor (NCCL's tree algorithm),
+    optionally pipelined in ``segments`` per tree (NCCL pipelines in chunks)."""
 
     name: Literal["double_binary_tree"]
+    segments: int = Field(default=1, ge=1)
 
 
 class HierarchicalAlgorithm(Spec):
