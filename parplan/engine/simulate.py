@@ -27,8 +27,9 @@ Determinism: events live in a heap of ``(time, kind, sequence)``. At one instant
 arrivals, flow starts) and the order they were scheduled. Tasks released together, markers' cascade
 included, reach their streams in task-id order. Identical inputs give identical results.
 
-Speed: nothing loops over tasks in Python on the hot path. Tasks that finish at one instant are one
-numpy batch: dependency counting over a CSR successor list, FIFO stream booking by a segmented
+Speed: nothing loops over tasks in Python on the hot path, except batches of a few tasks, where a
+scalar pass is cheaper than numpy's per-call cost. Tasks that finish at one instant are one numpy
+batch: dependency counting over a CSR successor list, FIFO stream booking by a segmented
 cumulative sum (a FIFO stream's start times are known on arrival), route ids from a dense
 (src, dst) table, flows in reusable slots. Flows are handled in two regimes:
 
@@ -38,10 +39,16 @@ cumulative sum (a FIFO stream's start times are known on arrival), route ids fro
   latency) and finish fixed, no event for the end of its latency, no rate recomputation. A window
   that would overlap another on a channel switches the engine to
 - *shared*: flows enter slots only when they start moving (a START event after the latency),
-  channel flow counts are kept incrementally, and every instant that changes the set of moving
-  flows ends with one max-min recomputation by progressive filling, vectorised over the
-  flows x channels incidence with ``np.bincount``. When no channel is shared any more the engine
-  returns to the exclusive regime.
+  and every instant that changes the set of moving flows ends with one max-min recomputation.
+  Flows on one route get one rate, so the allocation is a function of the number of moving
+  flows per route; it is memoised on that count vector (a collective in steady state revisits
+  few of them: the 8-channel rings of sample_configs/scenarios/dp-algorithms.yaml make 92,000
+  recomputations of 7,000 distinct states). On a miss, routes that share no channel with another
+  route (each its own connected component of the flow-channel graph) split their narrowest
+  channel evenly, and progressive filling, vectorised over the routes x channels incidence with
+  ``np.bincount``, rates the rest. Channel busy time accrues per allocation while it is in
+  force and is booked on its channels at the end. When no channel is shared any more the
+  engine returns to the exclusive regime.
 
 Both regimes give the same times (tests/engine check the engine against a plain one-object-per-task
 reference simulator on random graphs and topologies).
@@ -77,11 +84,48 @@ _TIE_REL = 1e-12
 _TIE_ABS = 1e-18
 # Channels whose fair share is within this factor of the smallest saturate together.
 _SHARE_REL = 1e-12
+# Allocation cache keys list the count of every route id up to the largest in use while that
+# is this short, else only the routes in use.
+_DENSE_KEY_ROUTES = 512
+# Memoised allocations (keys: moving flows' route ids and counts) are dropped past this size.
+_ALLOC_CACHE_BYTES = 64 << 20
+# Batches of at most this many tasks take scalar paths (numpy's per-call cost dominates there).
+_SMALL_BATCH = 8
 # Largest (number of network devices)^2 for which route ids come from a dense table.
 _DENSE_ROUTE_TABLE = 1 << 26
 
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0, dtype=np.float64)
+
+
+def _min_max(values: npt.NDArray[np.generic]) -> tuple[float, float]:
+    """Smallest and largest of a non-empty array; a Python pass on short ones, where two numpy
+    reductions would cost more than the work."""
+    if len(values) <= _SMALL_BATCH:
+        listed = values.tolist()
+        return min(listed), max(listed)
+    return values.min().item(), values.max().item()
+
+
+@dataclass
+class _Allocation:
+    """The shared regime's allocation for one multiset of moving flows' routes (its cache key).
+
+    ``route_rate_Bps[r]`` is the rate of each flow on route id ``r``; ``channels`` are the channels
+    in use; ``shared`` tells whether any channel carries two flows or more. ``busy_s`` is the time
+    this allocation has been in force and not yet booked on its channels (see _flush_busy).
+    """
+
+    key: bytes
+    route_rate_Bps: FloatArray
+    channels: IntArray
+    shared: bool
+    busy_s: float = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held, roughly: the arrays, the key and ~500 bytes of Python objects."""
+        return len(self.key) + self.route_rate_Bps.nbytes + self.channels.nbytes + 500
 
 
 @dataclass(frozen=True)
@@ -214,18 +258,21 @@ class _Engine:
         # overlap on a channel, "shared" otherwise. Exclusive: each flow runs at its route's
         # narrowest bandwidth from its start (issue + latency) to a finish fixed when it is issued,
         # ch_until[c] is the last finish booked on channel c, and busy time is booked per route
-        # when a flow is issued. Shared: flows are in slots only while moving (START events),
-        # ch_count counts them per channel, rates come from progressive filling whenever the set
-        # changes (dirty), and busy time is booked per channel when it goes idle.
+        # when a flow is issued. Shared: flows are in slots only while moving (START events);
+        # whenever the set changes (dirty) the allocation (rates, channels in use) is looked up
+        # by the number of moving flows per route, and the channels in use since the last change
+        # (those of alloc, in force since t_used) are booked busy up to now.
         self.exclusive = link_sharing
         self.dirty = False
         self.ch_until = np.full(self.num_ch + 1, -math.inf)
-        self.ch_count = np.zeros(self.num_ch + 1, dtype=np.int64)  # last slot: the padding channel
         self.route_bytes = _EMPTY_F  # bytes per route id; spread over channels at the end
         self.route_busy = _EMPTY_F  # exclusive-regime busy seconds per route id, likewise
         self.ch_busy = np.zeros(self.num_ch + 1)
-        self.ch_busy_since = np.zeros(self.num_ch + 1)
+        self.alloc: _Allocation | None = None
+        self.t_used = 0.0
         self.padded = False  # some route is shorter than the route matrix is wide
+        self.alloc_cache: dict[bytes, _Allocation] = {}
+        self.alloc_cache_bytes = 0
 
         self.now = 0.0
         self.heap: list[tuple[float, int, int, object]] = []
@@ -284,7 +331,8 @@ class _Engine:
 
     def _push_grouped(self, times: FloatArray, tasks: IntArray, kind: int) -> None:
         """One event per distinct time, each holding its tasks in task-id order."""
-        if len(tasks) == 1 or times.min() == times.max():
+        lo, hi = _min_max(times)
+        if lo == hi:
             self._push(float(times[0]), kind, tasks)
             return
         order = np.lexsort((tasks, times))
@@ -319,7 +367,7 @@ class _Engine:
                     self._arrive(cast(IntArray, payload))
                 elif kind == _EV_START:
                     tasks, rids = cast(tuple[IntArray, IntArray], payload)
-                    self._activate(tasks, rids, np.full(len(tasks), t))
+                    self._activate(tasks, rids, t)
                 else:
                     self._compute_done_priority(cast(int, payload))
         if self.num_done != self.n:
@@ -342,6 +390,19 @@ class _Engine:
     def _newly_ready(self, tasks: IntArray) -> IntArray:
         """Successors of ``tasks`` whose last dependency this was, sorted by id."""
         succ_off = self.succ_off
+        if len(tasks) <= _SMALL_BATCH:  # a scalar loop beats a dozen numpy calls on a few tasks
+            succ_idx, remaining = self.succ_idx, self.remaining
+            out = []
+            for task in tasks.tolist():
+                for nxt in succ_idx[succ_off[task] : succ_off[task + 1]].tolist():
+                    left = remaining[nxt] - 1
+                    remaining[nxt] = left
+                    if left == 0:
+                        out.append(nxt)
+            if not out:
+                return _EMPTY_I
+            out.sort()
+            return np.array(out, dtype=np.int64)
         starts = succ_off[tasks]
         counts = succ_off[tasks + 1] - starts
         total = int(counts.sum())
@@ -355,7 +416,7 @@ class _Engine:
             shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
             succ = self.succ_idx[shift + np.arange(total)]
         succ = np.sort(succ)
-        if len(succ) > 1 and np.any(succ[1:] == succ[:-1]):
+        if len(succ) > 1 and np.count_nonzero(succ[1:] == succ[:-1]):
             first = np.empty(len(succ), dtype=bool)
             first[0] = True
             np.not_equal(succ[1:], succ[:-1], out=first[1:])
@@ -374,8 +435,9 @@ class _Engine:
         so that readiness ties on a stream go by task id."""
         self.start[ready] = self.now
         kinds = self.g.kind[ready]
-        if kinds.min() == kinds.max() and int(kinds[0]) != MARKER:  # the common case: no cascade
-            if int(kinds[0]) == TRANSFER:
+        lo, hi = _min_max(kinds)
+        if lo == hi and lo != MARKER:  # the common case: no cascade
+            if lo == TRANSFER:
                 self._issue_transfers(ready)
             else:
                 self._submit_compute(ready)
@@ -418,7 +480,7 @@ class _Engine:
             return np.array([s]), np.array([e])
         np.add.at(busy, devs, durs)
         d_sorted = np.sort(devs)
-        if not np.any(d_sorted[1:] == d_sorted[:-1]):  # one task per device: no queueing among them
+        if not np.count_nonzero(d_sorted[1:] == d_sorted[:-1]):  # one task per device: no queueing among them
             s_arr = np.maximum(free[devs], now)
             e_arr = s_arr + durs
             free[devs] = e_arr
@@ -495,7 +557,7 @@ class _Engine:
         keys = src * self.num_net_dev + dst
         if len(self.route_table):
             rids: IntArray = self.route_table[keys].astype(np.int64) - 1
-            if rids.min() >= 0:
+            if not np.count_nonzero(rids < 0):
                 return rids
             missing = np.unique(keys[rids < 0])
         else:
@@ -547,7 +609,7 @@ class _Engine:
         src = g.device[tasks]
         dst = g.dst[tasks]
         same = src == dst
-        if same.any():
+        if np.count_nonzero(same):
             self._push(self.now, _EV_ARRIVE, tasks[same])
             keep = ~same
             tasks, src, dst = tasks[keep], src[keep], dst[keep]
@@ -560,10 +622,10 @@ class _Engine:
             # another on a channel, _book switches to the shared regime.
             self._book(tasks, rids, self.now + lat)
             return
-        lo, hi = float(lat.min()), float(lat.max())
+        lo, hi = _min_max(lat)
         if lo == hi:
             if lo == 0.0:
-                self._activate(tasks, rids, np.full(len(tasks), self.now))
+                self._activate(tasks, rids, self.now)
             else:
                 self._push(self.now + lo, _EV_START, (tasks, rids))
             return
@@ -575,34 +637,16 @@ class _Engine:
             idx = np.sort(order[a:b])
             latency = float(l_sorted[a])
             if latency == 0.0:
-                self._activate(tasks[idx], rids[idx], np.full(len(idx), self.now))
+                self._activate(tasks[idx], rids[idx], self.now)
             else:
                 self._push(self.now + latency, _EV_START, (tasks[idx], rids[idx]))
 
     def _sync(self) -> None:
-        """Bring remaining bytes up to now before the flow set changes."""
+        """Bring remaining bytes up to now before rates change (free slots have rate 0)."""
         dt = self.now - self.t_sync
         if dt > 0 and len(self.s_rem):
             self.s_rem -= self.s_rate * dt
         self.t_sync = self.now
-
-    def _count(self, channels: IntArray, delta: int) -> None:
-        """Shared regime: ``delta`` (+1 or -1) flows on each listed channel, and channel busy time
-        (a channel going from idle to used is busy from now; going idle books the interval)."""
-        if self.padded:
-            channels = channels[channels < self.num_ch]
-            if not len(channels):
-                return
-        before = self.ch_count[channels]
-        np.add.at(self.ch_count, channels, delta)
-        if delta > 0:
-            opened = channels[before == 0]
-            if len(opened):
-                self.ch_busy_since[opened] = self.now
-        else:
-            closed = channels[self.ch_count[channels] == 0]
-            if len(closed):  # duplicates add once: fancy += does not accumulate
-                self.ch_busy[closed] += self.now - self.ch_busy_since[closed]
 
     def _book(self, tasks: IntArray, rids: IntArray, starts: FloatArray) -> None:
         """Exclusive regime: give these transfers slots now, moving from ``starts`` at their
@@ -623,7 +667,7 @@ class _Engine:
             real = pc < self.num_ch
             pc, s_pairs = pc[real], s_pairs[real]
         sorted_pc = np.sort(pc)
-        clash = bool(np.any(s_pairs < self.ch_until[pc])) or bool(np.any(sorted_pc[1:] == sorted_pc[:-1]))
+        clash = bool((s_pairs < self.ch_until[pc]).any()) or bool((sorted_pc[1:] == sorted_pc[:-1]).any())
         self._sync()
         np.add.at(self.route_bytes, rids, sizes)
         rate = self.route_minbw[rids]
@@ -651,12 +695,11 @@ class _Engine:
         live = np.flatnonzero(self.s_task >= 0)
         starts, finish, rids = self.s_start[live], self.s_finish[live], self.s_rid[live]
         ahead = starts > self.now
-        moving = live[~ahead]
         # Un-book the exclusive busy time after now (all of it for flows not yet moving).
         np.add.at(self.route_busy, rids, -(finish - np.maximum(starts, self.now)))
         self.ch_until.fill(-math.inf)
-        if len(moving):
-            self._count(self.route_mat[self.s_rid[moving]].ravel(), +1)
+        self.alloc = None  # the moving flows' channels are booked from the recomputation on
+        self.t_used = self.now
         pending = live[ahead]
         if not len(pending):
             return
@@ -674,9 +717,7 @@ class _Engine:
         """Back to the exclusive regime (no channel shared any more): close the channels' busy
         intervals now and book the rest of each moving flow per route."""
         self.exclusive = True
-        used = np.flatnonzero(self.ch_count)
-        self.ch_busy[used] += self.now - self.ch_busy_since[used]
-        self.ch_count[used] = 0
+        self.alloc = None
         rids, finish = self.s_rid[live], self.s_finish[live]
         np.add.at(self.route_busy, rids, finish - self.now)
         width = self.route_mat.shape[1]
@@ -687,22 +728,21 @@ class _Engine:
             pc, f_pairs = pc[real], f_pairs[real]
         self.ch_until[pc] = f_pairs
 
-    def _activate(self, tasks: IntArray, rids: IntArray, starts: FloatArray) -> None:
+    def _activate(self, tasks: IntArray, rids: IntArray, start: float) -> None:
         """Shared regime: these transfers' bytes start flowing now (zero-byte ones arrive now)."""
         if self.exclusive:
-            self._book(tasks, rids, starts)
+            self._book(tasks, rids, np.full(len(tasks), start))
             return
         sizes = self.g.size_bytes[tasks]
         zero = sizes <= 0
-        if zero.any():
+        if np.count_nonzero(zero):
             self._push(self.now, _EV_ARRIVE, tasks[zero])
             keep = ~zero
             tasks, rids, sizes = tasks[keep], rids[keep], sizes[keep]
             if not len(tasks):
                 return
-        self._sync()
+        # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
         np.add.at(self.route_bytes, rids, sizes)
-        self._count(self.route_mat[rids].ravel(), +1)
         slots = self._alloc(len(tasks))
         self.s_task[slots] = tasks
         self.s_rid[slots] = rids
@@ -742,80 +782,153 @@ class _Engine:
     def _finish_flows(self) -> None:
         """Flows whose last byte is in (ties within a relative 1e-12 are grouped) arrive now."""
         t = self.now
-        done = np.flatnonzero(self.s_finish <= t + max(t * _TIE_REL, _TIE_ABS))
-        self._sync()
+        done = (self.s_finish <= t + max(t * _TIE_REL, _TIE_ABS)).nonzero()[0]
         tasks = self.s_task[done]
         if self.exclusive:
             self._release(done)
             self.next_finish = float(self.s_finish.min())
         else:
-            self._count(self.route_mat[self.s_rid[done]].ravel(), -1)
             self._release(done)
             self.dirty = True
         self._arrive(tasks)
 
     def _recompute(self) -> None:
-        """Shared regime: max-min fair rates of the moving flows (progressive filling) and their
-        finish times; back to the exclusive regime when no channel is shared any more."""
+        """Shared regime: max-min fair rates of the moving flows and their finish times, channel
+        busy time up to now; back to the exclusive regime when no channel is shared any more."""
         self.dirty = False
-        live = np.flatnonzero(self.s_task >= 0)
-        shared = int(self.ch_count[: self.num_ch].max(initial=0)) >= 2
+        now = self.now
+        self._sync()
+        if self.alloc is not None:
+            self.alloc.busy_s += now - self.t_used
+        self.t_used = now
+        live = (self.s_task >= 0).nonzero()[0]
         if not len(live):
             self.next_finish = math.inf
+            self.alloc = None
+            if self.sharing:
+                self._leave_shared(live)
+            return
+        rids = self.s_rid[live]
+        alloc = self._allocation(rids)
+        rate = alloc.route_rate_Bps[rids]
+        self.s_rate[live] = rate
+        self.s_finish[live] = now + self.s_rem[live] / rate
+        self.next_finish = float(self.s_finish.min())
+        if alloc.shared or not self.sharing:
+            self.alloc = alloc
         else:
-            rids = self.s_rid[live]
-            if not shared or not self.sharing:
-                rate = self.route_minbw[rids]  # no channel shared: each flow at its narrowest link
-            else:
-                rate = self._progressive_filling(len(live), self.route_mat[rids])
-            self.s_rate[live] = rate
-            self.s_finish[live] = self.now + self.s_rem[live] / rate
-            self.next_finish = float(self.s_finish.min())
-        if not shared and self.sharing:
             self._leave_shared(live)
 
-    def _progressive_filling(self, nf: int, pairs: IntArray) -> FloatArray:
-        """Raise every unfrozen flow's rate together until a channel saturates; freeze its flows."""
-        cnt = self.ch_count[: self.num_ch]
-        used = np.flatnonzero(cnt)
-        nu = len(used)
-        local = np.empty(self.num_ch + 1, dtype=np.int64)
-        local[used] = np.arange(nu)
+    def _allocation(self, rids: IntArray) -> _Allocation:
+        """The allocation for moving flows on routes ``rids``, memoised on the count per route.
+
+        Flows on one route cross the same channels, so progressive filling freezes them together
+        at one rate: the allocation is a function of how many flows each route carries, which in
+        a collective's steady state takes few distinct values (the ring of dp-algorithms.yaml:
+        7,000 distinct states in 92,000 recomputations). The key is the count per route id up to
+        the largest one in use, or b"s" + ids + counts when that is long; the two cannot collide
+        (their lengths are multiples of 8 and odd respectively). The cache is emptied when it
+        would outgrow ``_ALLOC_CACHE_BYTES``.
+        """
+        per_route = np.bincount(rids)
+        if len(per_route) <= _DENSE_KEY_ROUTES:
+            key = per_route.tobytes()
+        else:
+            routes = per_route.nonzero()[0]
+            key = b"s" + routes.tobytes() + per_route[routes].tobytes()
+        alloc = self.alloc_cache.get(key)
+        if alloc is not None:
+            return alloc
+        routes = per_route.nonzero()[0]
+        rate, channels, shared = self._allocate(routes, per_route[routes])
+        route_rate = np.zeros(len(per_route))
+        route_rate[routes] = rate
+        alloc = _Allocation(key, route_rate, channels, shared)
+        if self.alloc_cache_bytes + alloc.nbytes > _ALLOC_CACHE_BYTES:
+            # The allocation in force has had its time booked by now and is about to be replaced
+            # (so every allocation with time to book is in the cache, for _flush_busy).
+            self._flush_busy()
+            self.alloc_cache.clear()
+            self.alloc_cache_bytes = 0
+        self.alloc_cache[key] = alloc
+        self.alloc_cache_bytes += alloc.nbytes
+        return alloc
+
+    def _flush_busy(self) -> None:
+        """Book the time each cached allocation was in force on its channels."""
+        for alloc in self.alloc_cache.values():
+            if alloc.busy_s:
+                self.ch_busy[alloc.channels] += alloc.busy_s
+                alloc.busy_s = 0.0
+
+    def _allocate(self, routes: IntArray, counts: IntArray) -> tuple[FloatArray, IntArray, bool]:
+        """Progressive filling over routes carrying ``counts`` flows each: raise every unfrozen
+        flow's rate together until a channel saturates, freeze the flows crossing it, repeat.
+        Without link sharing (or when no channel is shared) each flow gets its narrowest link."""
+        nr = len(routes)
+        pairs = self.route_mat[routes]
         pc = pairs.ravel()
         real = pc < self.num_ch
-        pcl = local[pc[real]]
-        pf = np.repeat(np.arange(nf), pairs.shape[1])[real]
+        used, pcl = np.unique(pc[real], return_inverse=True)
+        nu = len(used)
+        pr = np.repeat(np.arange(nr), pairs.shape[1])[real]
+        weight = counts[pr].astype(np.float64)  # flows of each (route, channel) pair
+        n_on = np.bincount(pcl, weights=weight, minlength=nu)
+        shared = bool(n_on.max() >= 2)
+        if not shared or not self.sharing:
+            return self.route_minbw[routes], used, shared
+        # A route that shares none of its channels with another route is a component of its
+        # own: its flows split its narrowest channel evenly (what filling would give it).
+        rate = np.empty(nr)
+        crowded = np.bincount(pcl, minlength=nu)[pcl] > 1  # pairs on a channel other routes use
+        alone = np.bincount(pr[crowded], minlength=nr) == 0
+        if alone.any():
+            rate[alone] = self.route_minbw[routes[alone]] / counts[alone]
+            if not rate[alone].min() > 0:
+                raise SimulationError("progressive filling found a channel with no capacity left")
+            if alone.all():
+                return rate, used, shared
+        # Each round: the smallest fair share among channels with unfrozen flows saturates its
+        # channels; their flows freeze at it. Channels without unfrozen flows (those of lone
+        # routes from the start) get an infinite capacity, so that they drop out of the minimum.
         cap = self.bw[used].copy()
-        n_on = cnt[used].astype(np.float64)
-        rate = np.empty(nf)
+        unfrozen = ~alone
+        if alone.any():
+            alone_pair = alone[pr]
+            cap[pcl[alone_pair]] = math.inf
+            n_on[pcl[alone_pair]] = 1.0
+            keep = ~alone_pair
+            pr, pcl, weight = pr[keep], pcl[keep], weight[keep]
         while True:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                share = np.where(n_on > 0, cap / n_on, math.inf)
+            share = cap / n_on
             m = float(share.min())
             if not m > 0:
                 raise SimulationError("progressive filling found a channel with no capacity left")
-            bottleneck = share <= m * (1.0 + _SHARE_REL)
-            frozen = np.zeros(nf, dtype=bool)
-            frozen[pf[bottleneck[pcl]]] = True
-            rate[frozen] = m
-            pair_frozen = frozen[pf]
-            cap -= np.bincount(pcl[pair_frozen], minlength=nu) * m
+            hit = np.zeros(nr, dtype=bool)
+            hit[pr[(share <= m * (1.0 + _SHARE_REL))[pcl]]] = True
+            hit &= unfrozen
+            rate[hit] = m
+            unfrozen ^= hit
+            if not unfrozen.any():
+                return rate, used, shared
+            pair_hit = hit[pr]
+            frozen_flows = np.bincount(pcl[pair_hit], weights=weight[pair_hit], minlength=nu)
+            cap -= frozen_flows * m
+            n_on -= frozen_flows
             np.maximum(cap, 0.0, out=cap)
-            cap[bottleneck] = 0.0
-            keep = ~pair_frozen
-            if not keep.any():
-                return rate
-            pf, pcl = pf[keep], pcl[keep]
-            n_on = np.bincount(pcl, minlength=nu).astype(np.float64)
+            done = n_on <= 0.0
+            cap[done] = math.inf
+            n_on[done] = 1.0
 
     def _arrive(self, tasks: IntArray) -> None:
         """Last byte in: plain transfers end now; reducing ones queue on the receiver's reduction stream."""
         self.arrive[tasks] = self.now
         red = self.g.reduce[tasks]
-        if not red.any():
+        num_red = np.count_nonzero(red)
+        if not num_red:
             self._complete(np.sort(tasks))
             return
-        if not red.all():
+        if num_red < len(red):
             self._complete(np.sort(tasks[~red]))
             tasks = tasks[red]
         tasks = np.sort(tasks)
@@ -826,6 +939,7 @@ class _Engine:
 
     # -- result ------------------------------------------------------------------------------
     def _channel_busy(self) -> FloatArray:
+        self._flush_busy()
         out = self.ch_busy.copy()
         if len(self.route_busy):
             np.add.at(out, self.route_mat.ravel(), np.repeat(self.route_busy, self.route_mat.shape[1]))
