@@ -50,9 +50,8 @@ class MemoryBreakdown:
     @property
     def total_bytes(self) -> float:
         """Everything held at the peak."""
-        return (
-            self.params_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes + self.buffers_bytes
-        )
+        states = self.params_bytes + self.grads_bytes + self.optimizer_bytes
+        return states + self.activations_bytes + self.buffers_bytes
 
     @property
     def fits(self) -> bool:

@@ -230,7 +230,9 @@ class TaskGraphBuilder:
         )
 
 
-_COLUMNS = ("kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "category", "label")
+_COLUMNS = (
+    "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "category", "label",
+)
 _DTYPES: dict[str, type] = {
     "kind": np.int8, "device": np.int64, "dst": np.int64, "size_bytes": np.float64, "seconds": np.float64,
     "flops": np.float64, "reduce": np.bool_, "priority": np.int64, "category": np.int64, "label": np.int64,
