@@ -118,7 +118,11 @@ def plan_block(r: PlanResult) -> Group:
         split += f"; {hz.seconds(r.hidden_comm_s)} of communication overlapped with its compute"
     grid.add_row(unit, split)
     if r.bubble_fraction is not None:
-        grid.add_row("bubble", f"{hz.percent(r.bubble_fraction)} of the pipeline span idle")
+        grid.add_row(
+            "bubble",
+            f"stages idle {hz.percent(r.bubble_fraction)} of the pipeline span"
+            " (fill and drain, and waiting for activations and gradients)",
+        )
     grid.add_row("throughput", _throughput(r))
     for text, groups in collective_lines(r).items():
         grid.add_row("all-reduce", text + (f"  (×{groups} groups)" if groups > 1 else ""))

@@ -38,7 +38,7 @@ def test_infeasible_plan_is_marked(pipeline_results: list[PlanResult]) -> None:
     assert "bound by      memory on n0.d3" in text
     assert "121% ✗" in text  # the device over capacity, in the memory table
     assert "(×3 groups)" in text  # the 2-D plan's identical per-stage all-reduces on one line
-    assert "bubble        36% of the pipeline span idle" in text
+    assert "bubble        stages idle 36% of the pipeline span (fill and drain" in text
 
 
 def test_quality_rows(federated_results: list[PlanResult]) -> None:
