@@ -16,20 +16,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from parplan.collectives.schedule import IntArray, Schedule
+from parplan.collectives.schedule import STEP_DTYPES, IntArray, Schedule
 from parplan.errors import CollectiveError
 
 AnyIntArray = npt.NDArray[np.integer[Any]]
 
 _COLUMNS = ("src", "dst", "offset", "length", "reduce", "phase")
-_DTYPES: dict[str, type] = {
-    "src": np.int32,
-    "dst": np.int32,
-    "offset": np.int64,
-    "length": np.int64,
-    "reduce": np.bool_,
-    "phase": np.int8,
-}
+_DTYPES: dict[str, type] = {k: STEP_DTYPES[k] for k in _COLUMNS}
 
 
 def check_sizes(num_ranks: int, num_elements: int) -> None:

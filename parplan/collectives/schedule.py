@@ -34,7 +34,7 @@ BoolArray = npt.NDArray[np.bool_]
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast")
 """The collectives a schedule may compute."""
 
-_DTYPES: dict[str, type] = {
+STEP_DTYPES: dict[str, type] = {
     "src": np.int32,
     "dst": np.int32,
     "offset": np.int64,
@@ -92,7 +92,7 @@ class Schedule:
     meta: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, dtype in _DTYPES.items():
+        for name, dtype in STEP_DTYPES.items():
             object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
         n = len(self.src)
         for name in ("dst", "offset", "length", "reduce", "phase"):
@@ -118,7 +118,7 @@ class Schedule:
     @property
     def nbytes(self) -> int:
         """Memory held by the step arrays, in bytes."""
-        return sum(int(getattr(self, name).nbytes) for name in _DTYPES)
+        return sum(int(getattr(self, name).nbytes) for name in STEP_DTYPES)
 
     def validate(self) -> None:
         """Check the structure (vectorised): ranks and ranges in bounds, no self-sends, every

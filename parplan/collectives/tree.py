@@ -28,7 +28,7 @@ the lowest set bit (parent of ``v`` is ``v & (v - 1)``), giving depth ``ceil(log
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from parplan.collectives._build import StepBuffer, check_sizes
 from parplan.collectives.schedule import Schedule, chunk_bounds
@@ -193,37 +193,37 @@ def tree_reduce(
     num_ranks: int, num_elements: int, *, root: int = 0, arity: int | None = None, segments: int = 1
 ) -> Schedule:
     """Reduce to ``root`` up a binomial tree (``arity=None``) or a k-ary tree."""
-    check_sizes(num_ranks, num_elements)
-    _check_tree_params(num_ranks, root, arity, segments)
-    ranks, parents, shape = _layout(num_ranks, root, arity)
-    buf = StepBuffer()
-    emit_tree_reduce(buf, ranks, parents, chunk_bounds(num_elements, segments).tolist(), 0)
-    return buf.build(
-        algorithm="tree",
-        collective="reduce",
-        num_ranks=num_ranks,
-        num_elements=num_elements,
-        phase_names=("reduce",),
-        root=root,
-        meta=_meta(ranks, parents, shape, segments, arity),
-    )
+    return _one_way("reduce", emit_tree_reduce, num_ranks, num_elements, root, arity, segments)
 
 
 def tree_broadcast(
     num_ranks: int, num_elements: int, *, root: int = 0, arity: int | None = None, segments: int = 1
 ) -> Schedule:
     """Broadcast from ``root`` down a binomial tree (``arity=None``) or a k-ary tree."""
+    return _one_way("broadcast", emit_tree_broadcast, num_ranks, num_elements, root, arity, segments)
+
+
+def _one_way(
+    collective: str,
+    emit: Callable[..., object],
+    num_ranks: int,
+    num_elements: int,
+    root: int,
+    arity: int | None,
+    segments: int,
+) -> Schedule:
+    """A reduce or a broadcast alone: one phase of the tree, named after the collective."""
     check_sizes(num_ranks, num_elements)
     _check_tree_params(num_ranks, root, arity, segments)
     ranks, parents, shape = _layout(num_ranks, root, arity)
     buf = StepBuffer()
-    emit_tree_broadcast(buf, ranks, parents, chunk_bounds(num_elements, segments).tolist(), 0)
+    emit(buf, ranks, parents, chunk_bounds(num_elements, segments).tolist(), 0)
     return buf.build(
         algorithm="tree",
-        collective="broadcast",
+        collective=collective,
         num_ranks=num_ranks,
         num_elements=num_elements,
-        phase_names=("broadcast",),
+        phase_names=(collective,),
         root=root,
         meta=_meta(ranks, parents, shape, segments, arity),
     )

@@ -17,28 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from parplan.errors import ParplanError, PlanError
+from parplan.plan.knobs import KNOBS
 
 if TYPE_CHECKING:
     from parplan.config.scenario import PlanSpec, ScenarioSpec
     from parplan.plan.evaluate import PlanResult
-
-KNOBS: dict[str, tuple[str, ...]] = {
-    "algorithm": ("data_parallel",),
-    "num_replicas": ("data_parallel",),
-    "bucket_size": ("data_parallel",),
-    "overlap": ("data_parallel",),
-    "batch_split": ("data_parallel",),
-    "reduce": ("data_parallel",),
-    "microbatches": ("model_parallel", "data_parallel"),
-    "schedule": ("model_parallel", "data_parallel"),
-    "num_clients": ("federated",),
-    "rounds": ("federated",),
-    "local_steps": ("federated",),
-    "population_size": ("population_based",),
-    "generations": ("population_based",),
-}
-"""Sweepable knobs and the strategy kinds they apply to (the same as
-:data:`parplan.plan.evaluate.OVERRIDE_KNOBS`, which applies them)."""
 
 INTEGER_KNOBS = frozenset(
     {"num_replicas", "microbatches", "num_clients", "rounds", "local_steps", "population_size", "generations"}

@@ -50,6 +50,7 @@ from parplan.config.algorithms import algorithm_label
 from parplan.config.units import format_bytes
 from parplan.errors import ConfigError, Issue, PlanError
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
+from parplan.plan.knobs import KNOBS
 from parplan.plan.memory import infeasible_message
 from parplan.plan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 
@@ -62,22 +63,8 @@ FloatArray = npt.NDArray[np.float64]
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's bucket size, the spec default; descriptions only mention other sizes."""
 
-OVERRIDE_KNOBS: dict[str, tuple[str, ...]] = {
-    "algorithm": ("data_parallel",),
-    "num_replicas": ("data_parallel",),
-    "bucket_size": ("data_parallel",),
-    "overlap": ("data_parallel",),
-    "batch_split": ("data_parallel",),
-    "reduce": ("data_parallel",),
-    "microbatches": ("model_parallel", "data_parallel"),
-    "schedule": ("model_parallel", "data_parallel"),
-    "num_clients": ("federated",),
-    "rounds": ("federated",),
-    "local_steps": ("federated",),
-    "population_size": ("population_based",),
-    "generations": ("population_based",),
-}
-"""Knobs :func:`apply_overrides` understands and the strategy kinds each applies to."""
+OVERRIDE_KNOBS = KNOBS
+"""Knobs :func:`apply_overrides` understands (the table in :mod:`parplan.plan.knobs`)."""
 
 
 # -- results ------------------------------------------------------------------------------------
