@@ -12,6 +12,7 @@ answers without loading numpy, networkx or pydantic.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -66,6 +67,24 @@ register(compare.compare_strategies, "compare-strategies")
 register(collective.collective, "collective")
 
 
+GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q"})
+"""Options of the app itself that users also write after the command (``parplan simulate X -q``)."""
+
+
+def hoist_global_flags(args: list[str]) -> list[str]:
+    """Move global flags written after the command to the front, where click expects them.
+
+    Anything after a ``--`` is left alone (it may be a file named ``-q``).
+
+    >>> hoist_global_flags(["simulate", "s.yaml", "-q", "--", "-q"])
+    ['-q', 'simulate', 's.yaml', '--', '-q']
+    """
+    end = args.index("--") if "--" in args else len(args)
+    flags = [a for a in args[:end] if a in GLOBAL_FLAGS]
+    rest = [a for a in args[:end] if a not in GLOBAL_FLAGS]
+    return flags + rest + args[end:]
+
+
 def main() -> None:
     """Entry point of the ``parplan`` console script and ``python -m parplan``."""
-    app(prog_name="parplan")
+    app(args=hoist_global_flags(sys.argv[1:]), prog_name="parplan")

@@ -225,7 +225,8 @@ def collect_overrides(
 
 def warn_unused(overrides: dict[str, Any], plans: list[PlanSpec]) -> None:
     """Warn about knobs that change none of the plans simulated."""
-    from parplan.plan.compare import KNOBS, applies
+    from parplan.plan.compare import applies
+    from parplan.plan.knobs import KNOBS
 
     for knob in overrides:
         if not any(applies(knob, p) for p in plans):
