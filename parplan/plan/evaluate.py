@@ -63,6 +63,9 @@ FloatArray = npt.NDArray[np.float64]
 DEFAULT_BUCKET_BYTES = 25 * 2**20
 """PyTorch DDP's bucket size, the spec default; descriptions only mention other sizes."""
 
+_ROUNDING_REL = 1e-9
+"""Idle time below this fraction of the step is rounding in ``step - compute - exposed``."""
+
 OVERRIDE_KNOBS = KNOBS
 """Knobs :func:`apply_overrides` understands (the table in :mod:`parplan.plan.knobs`)."""
 
@@ -429,7 +432,9 @@ def time_split(g: TaskGraph, sim: SimResult) -> TimeSplit:
         sink = int(np.flatnonzero(end >= step)[0])
         exposed += _critical_comm(g, sim, sink, cursor, step, include_self=True)
     hidden = _overlap(transfer_iv, compute_iv)
-    idle = max(0.0, step - compute - exposed)
+    idle = step - compute - exposed
+    if idle < _ROUNDING_REL * step:  # what is left is float rounding of the sums, not idle time
+        idle = 0.0
     return TimeSplit(
         device=g.devices[dev], compute_s=compute, exposed_comm_s=exposed, idle_s=idle, hidden_comm_s=hidden
     )
