@@ -17,7 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.collectives.schedule import STEP_DTYPES, IntArray, Schedule
-from parplan.errors import CollectiveError
+from parplan.errors import CollectiveError, TopologyError
+from parplan.topology.placement import check_groups
 
 AnyIntArray = npt.NDArray[np.integer[Any]]
 
@@ -49,19 +50,10 @@ def resolve_groups(
     if groups is None:
         return [list(range(num_ranks))]
     out = [[int(r) for r in g] for g in groups]
-    seen: set[int] = set()
-    for i, g in enumerate(out):
-        if not g:
-            raise CollectiveError(f"group {i} is empty")
-        for r in g:
-            if not 0 <= r < num_ranks:
-                raise CollectiveError(f"group {i} names rank {r}, outside 0..{num_ranks - 1}")
-            if r in seen:
-                raise CollectiveError(f"rank {r} is in more than one group")
-            seen.add(r)
-    if len(seen) != num_ranks:
-        missing = sorted(set(range(num_ranks)) - seen)
-        raise CollectiveError(f"groups must cover every rank; missing {missing[:10]}")
+    try:
+        check_groups(out, num_ranks)
+    except TopologyError as exc:
+        raise CollectiveError(str(exc)) from None
     return out
 
 

@@ -152,13 +152,13 @@ def check_groups(groups: Sequence[Sequence[int]], p: int) -> None:
             raise TopologyError(f"group {i} is empty")
         for r in g:
             if not 0 <= r < p:
-                raise TopologyError(f"group {i} names rank {r}, out of range 0..{p - 1}")
+                raise TopologyError(f"group {i} names rank {r}, out of range: outside 0..{p - 1}")
             if r in seen:
                 raise TopologyError(f"rank {r} is in more than one group")
             seen.add(r)
     if len(seen) != p:
         missing = sorted(set(range(p)) - seen)
-        raise TopologyError(f"ranks {missing[:8]} are in no group")
+        raise TopologyError(f"ranks {missing[:8]} are in no group (missing {missing[:8]} of 0..{p - 1})")
 
 
 def _check_distinct(devices: Sequence[str]) -> None:
