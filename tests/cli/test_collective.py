@@ -29,14 +29,6 @@ def _noop() -> None:
     """Placeholder second command."""
 
 
-@pytest.fixture(autouse=True)
-def _terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stable rich output: 120 columns, no colour."""
-    monkeypatch.setenv("COLUMNS", "120")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-
-
 def run_json(*args: str) -> dict[str, Any]:
     result = runner.invoke(app, ["collective", *args, "--json"])
     assert result.exit_code == 0, result.output

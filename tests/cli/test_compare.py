@@ -24,14 +24,6 @@ TORUS = str(SCENARIOS / "torus-data-parallel.yaml")
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stable rich output: 120 columns, no colour."""
-    monkeypatch.setenv("COLUMNS", "120")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-
-
 def compare_json(*args: str) -> dict[str, Any]:
     result = runner.invoke(app, ["compare-strategies", *args, "--json", "-"])
     assert result.exit_code == 0, result.output

@@ -20,14 +20,6 @@ SCENARIOS = sorted(
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stable rich output: 120 columns, no colour."""
-    monkeypatch.setenv("COLUMNS", "120")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-
-
 def test_there_are_samples() -> None:
     assert len(SCENARIOS) >= 5
     assert "quickstart.yaml" in {p.name for p in SCENARIOS}

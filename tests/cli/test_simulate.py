@@ -26,14 +26,6 @@ FEDERATED = str(SCENARIOS / "federated.yaml")
 runner = CliRunner()
 
 
-@pytest.fixture(autouse=True)
-def _terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Stable rich output: 120 columns, no colour."""
-    monkeypatch.setenv("COLUMNS", "120")
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-
-
 def run(*args: str) -> object:
     return runner.invoke(app, list(args))
 
