@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from parplan.collectives.double_binary_tree import double_binary_trees, tree_positions
 from parplan.engine.result import algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError
 
@@ -297,30 +298,8 @@ def _binomial_shapes(m: int) -> TreeShapes:
 
 @lru_cache(maxsize=512)
 def _dbt_shapes(p: int) -> tuple[TreeShapes, TreeShapes]:
-    first = _nccl_btree_parents(p)
-    if p % 2 == 0:
-        second = [-1 if first[p - 1 - r] < 0 else p - 1 - first[p - 1 - r] for r in range(p)]
-    else:
-        second = [-1 if first[(r - 1) % p] < 0 else (first[(r - 1) % p] + 1) % p for r in range(p)]
-    return _shapes_from_parents(_rooted(first)), _shapes_from_parents(_rooted(second))
-
-
-def _nccl_btree_parents(p: int) -> list[int]:
-    """NCCL's in-order binary tree rooted at rank 0 (as in the double binary tree schedule)."""
-    parents = [-1] * p
-    for r in range(1, p):
-        bit = r & -r
-        up = (r ^ bit) | (bit << 1)
-        parents[r] = up if up < p else r ^ bit
-    return parents
-
-
-def _rooted(parent_by_rank: Sequence[int]) -> list[int]:
-    """Relabel a parent array over ranks so that the root is position 0."""
-    root = next(r for r, u in enumerate(parent_by_rank) if u < 0)
-    ranks = [root] + [r for r in range(len(parent_by_rank)) if r != root]
-    position = {r: v for v, r in enumerate(ranks)}
-    return [-1] + [position[parent_by_rank[r]] for r in ranks[1:]]
+    first, second = double_binary_trees(p)  # the very trees the schedule uses
+    return _shapes_from_parents(tree_positions(first)[1]), _shapes_from_parents(tree_positions(second)[1])
 
 
 # -- tree plans: the structure the evaluation needs, computed once per tree and port model ------
