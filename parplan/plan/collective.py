@@ -71,12 +71,7 @@ def lower_schedule(
     Raises :class:`PlanError` when the devices do not match the ranks or a dependency is invalid.
     """
     p = schedule.num_ranks
-    if len(devices) != p:
-        raise PlanError(f"{schedule.algorithm} has {p} ranks but {len(devices)} devices were given")
-    if len(set(devices)) != len(devices):
-        raise PlanError("a collective needs a distinct device per rank")
-    if not element_bytes > 0:
-        raise PlanError(f"element_bytes must be > 0, got {element_bytes}")
+    _check_placement(schedule, devices, element_bytes)
     if rank_deps is not None and len(rank_deps) != p:
         raise PlanError(f"rank_deps has {len(rank_deps)} entries for {p} ranks")
     existing = builder.num_tasks
@@ -154,12 +149,7 @@ def collective_taskgraph(schedule: Schedule, devices: Sequence[str], element_byt
     touched.
     """
     p = schedule.num_ranks
-    if len(devices) != p:
-        raise PlanError(f"{schedule.algorithm} has {p} ranks but {len(devices)} devices were given")
-    if len(set(devices)) != len(devices):
-        raise PlanError("a collective needs a distinct device per rank")
-    if not element_bytes > 0:
-        raise PlanError(f"element_bytes must be > 0, got {element_bytes}")
+    _check_placement(schedule, devices, element_bytes)
     n = schedule.num_steps
     algorithm = schedule.algorithm
     return TaskGraph(
@@ -267,3 +257,14 @@ def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, la
         flat,
     )
     return list(range(first, first + m))
+
+
+def _check_placement(schedule: Schedule, devices: Sequence[str], element_bytes: float) -> None:
+    """One distinct device per rank and a positive element size, or a :class:`PlanError`."""
+    p = schedule.num_ranks
+    if len(devices) != p:
+        raise PlanError(f"{schedule.algorithm} has {p} ranks but {len(devices)} devices were given")
+    if len(set(devices)) != len(devices):
+        raise PlanError("a collective needs a distinct device per rank")
+    if not element_bytes > 0:
+        raise PlanError(f"element_bytes must be > 0, got {element_bytes}")
