@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from parplan.cli.common import STATE, console
-from parplan.cli.outputs import check_outputs, emit, stdout_taken, warn, write_file, wrote
+from parplan.cli.outputs import check_outputs, emit_document, stdout_taken, warn, write_file, wrote
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -262,7 +262,7 @@ def write_outputs(
     """JSON, CSV and the scaling plot, as asked."""
     json_path, csv_path, plot_path = outputs["--json"], outputs["--csv"], outputs["--plot"]
     if json_path or csv_path:
-        from parplan.report.json_report import compare_document, dumps, scenario_info
+        from parplan.report.json_report import compare_document, scenario_info
 
         document = compare_document(
             scenario_info(spec.name, spec.description, scenario_file),
@@ -273,12 +273,7 @@ def write_outputs(
             baseline=baseline,
             duplicates=duplicates,
         )
-        if json_path:
-            emit(json_path, dumps(document), "JSON")
-        if csv_path:
-            from parplan.report.csv_report import document_csv
-
-            emit(csv_path, document_csv(document), "CSV")
+        emit_document(document, json_path, csv_path)
     if plot_path:
         from parplan.plan.compare import scaling_key
         from parplan.report.plot import ScalingPoint, finite_points, plot_scaling

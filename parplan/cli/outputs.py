@@ -60,6 +60,18 @@ def emit(path: str, data: str | bytes, what: str) -> None:
     wrote(what, path)
 
 
+def emit_document(document: dict[str, object], json_path: str | None, csv_path: str | None) -> None:
+    """Write a report document as JSON and/or CSV, each to a file or ``-`` (stdout)."""
+    if json_path:
+        from parplan.report.json_report import dumps
+
+        emit(json_path, dumps(document), "JSON")
+    if csv_path:
+        from parplan.report.csv_report import document_csv
+
+        emit(csv_path, document_csv(document), "CSV")
+
+
 def _write(target: str, data: str | bytes) -> None:
     from parplan.report.output import write_atomic
 

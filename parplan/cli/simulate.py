@@ -33,7 +33,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from parplan.cli.common import EXIT_INVALID, STATE, console
-from parplan.cli.outputs import check_outputs, emit, per_plan_paths, stdout_taken, warn, write_file, wrote
+from parplan.cli.outputs import (
+    check_outputs,
+    emit_document,
+    per_plan_paths,
+    stdout_taken,
+    warn,
+    write_file,
+    wrote,
+)
 
 if TYPE_CHECKING:
     from parplan.config.scenario import PlanSpec, ScenarioSpec
@@ -267,7 +275,7 @@ def write_outputs(
     """JSON, CSV, traces and timelines, as asked."""
     json_path, csv_path = outputs["--json"], outputs["--csv"]
     if json_path or csv_path:
-        from parplan.report.json_report import dumps, scenario_info, simulate_document
+        from parplan.report.json_report import scenario_info, simulate_document
 
         document = simulate_document(
             scenario_info(spec.name, spec.description, scenario_file),
@@ -275,12 +283,7 @@ def write_outputs(
             overrides=overrides,
             failed=failed,
         )
-        if json_path:
-            emit(json_path, dumps(document), "JSON")
-        if csv_path:
-            from parplan.report.csv_report import document_csv
-
-            emit(csv_path, document_csv(document), "CSV")
+        emit_document(document, json_path, csv_path)
     names = [r.name for r in results]
     trace_path = outputs["--trace"]
     if trace_path and results:
