@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, TypeAdapter, WithJsonSchema
 
-from parplan.config.base import Spec
+from parplan.spec import Spec
 
 
 class CentralizedAlgorithm(Spec):

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from parplan.config.base import Spec
 from parplan.config.units import Bytes, Count, Flops
+from parplan.spec import Spec
 
 
 class ModelNodeSpec(Spec):

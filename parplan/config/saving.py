@@ -18,9 +18,9 @@ from typing import Any
 import tomli_w
 import yaml
 
-from parplan.config.base import Spec
 from parplan.config.readers import Loc, _dotted, file_format
 from parplan.errors import ConfigError, Issue
+from parplan.spec import Spec
 
 
 def _toml_ready(value: Any, loc: Loc) -> None:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from parplan.config.base import Spec
 from parplan.config.cluster import ClusterSpec
 from parplan.config.model import ModelSpec
 from parplan.config.strategy import StrategySpec
+from parplan.spec import Spec
 
 
 class TrainingSpec(Spec):

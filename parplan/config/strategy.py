@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from parplan.config.algorithms import AlgorithmSpec, RingAlgorithm
-from parplan.config.base import Spec
 from parplan.config.units import Bytes
 from parplan.errors import PlanError
+from parplan.spec import Spec
 
 
 class LocalStrategy(Spec):

@@ -67,7 +67,7 @@ import numpy.typing as npt
 
 from parplan.engine.result import CollectiveStats, SimResult
 from parplan.errors import SimulationError
-from parplan.plan.taskgraph import COMPUTE, MARKER, TRANSFER, TaskGraph
+from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, TaskGraph
 from parplan.topology.network import Network
 
 IntArray = npt.NDArray[np.int64]
@@ -151,7 +151,7 @@ def simulate(
     and dependency cycles, :class:`TopologyError` for devices the network does not have.
 
     >>> import networkx as nx
-    >>> from parplan.plan.taskgraph import TaskGraphBuilder
+    >>> from parplan.taskgraph import TaskGraphBuilder
     >>> g = nx.DiGraph()
     >>> for h in ("a", "b"):
     ...     g.add_node(h, kind="device", peak_flop_per_s=1e12, efficiency=1.0, memory_bytes=1e9)

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from parplan.config.model import ModelSpec
     from parplan.config.scenario import TrainingSpec
     from parplan.model.graph import ModelGraph
-    from parplan.plan.taskgraph import TaskGraph
+    from parplan.taskgraph import TaskGraph
     from parplan.topology.network import Network
 
 

@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from parplan.collectives.schedule import Schedule
 from parplan.errors import PlanError
-from parplan.plan.taskgraph import MARKER, TRANSFER, TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import MARKER, TRANSFER, TaskGraph, TaskGraphBuilder
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]

@@ -52,7 +52,7 @@ from parplan.errors import ConfigError, Issue, PlanError
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.knobs import KNOBS
 from parplan.plan.memory import infeasible_message
-from parplan.plan.taskgraph import COMPUTE, TRANSFER, TaskGraph
+from parplan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 
 if TYPE_CHECKING:
     from parplan.config.scenario import PlanSpec, ScenarioSpec

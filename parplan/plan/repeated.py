@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from parplan.plan.taskgraph import TaskGraph
+from parplan.taskgraph import TaskGraph
 from parplan.topology.network import Network
 
 MAX_SIMULATED_UNITS = 50

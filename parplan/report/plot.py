@@ -92,7 +92,7 @@ def plot_timeline(result: PlanResult, path: str | Path) -> None:
     """Draw ``result``'s simulated unit as lanes of compute and transfers; write it to ``path``."""
     import numpy as np
 
-    from parplan.plan.taskgraph import COMPUTE, TRANSFER
+    from parplan.taskgraph import COMPUTE, TRANSFER
 
     g, sim = result.graph, result.sim
     if g is None or sim is None:

@@ -30,8 +30,8 @@ import numpy as np
 
 from parplan.engine.result import SimResult
 from parplan.errors import ParplanError
-from parplan.plan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 from parplan.report.output import atomic_target
+from parplan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 from parplan.topology.network import Network
 
 DEVICES_PID = 1

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from parplan.plan.taskgraph import COMPUTE, MARKER, TaskGraph
+from parplan.taskgraph import COMPUTE, MARKER, TaskGraph
 from parplan.topology.network import Network
 
 EPS = 1e-12

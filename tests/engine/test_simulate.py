@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from parplan.engine.simulate import simulate
 from parplan.errors import SimulationError, TopologyError
-from parplan.plan.taskgraph import TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import TaskGraph, TaskGraphBuilder
 from parplan.topology.network import Network
 from tests.engine.nets import PEAK, chain_network, full_mesh_network, switch_network
 from tests.engine.reference import reference_times

@@ -18,7 +18,7 @@ from parplan.config.cluster import ClusterSpec
 from parplan.engine.result import SimResult
 from parplan.engine.simulate import simulate
 from parplan.plan.collective import lower_schedule
-from parplan.plan.taskgraph import TRANSFER, TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import TRANSFER, TaskGraph, TaskGraphBuilder
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
 from parplan.topology.placement import groups_by_node

@@ -16,8 +16,8 @@ from parplan.collectives.registry import build_schedule
 from parplan.engine.simulate import simulate
 from parplan.errors import ParplanError
 from parplan.plan.collective import collective_taskgraph
-from parplan.plan.taskgraph import TaskGraphBuilder
 from parplan.report.trace import DEVICES_PID, LINKS_PID, write_chrome_trace
+from parplan.taskgraph import TaskGraphBuilder
 from tests.engine.nets import switch_network
 
 

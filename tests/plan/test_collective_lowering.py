@@ -12,7 +12,7 @@ from parplan.collectives.registry import build_schedule
 from parplan.engine.simulate import simulate
 from parplan.errors import PlanError
 from parplan.plan.collective import collective_taskgraph, lower_schedule
-from parplan.plan.taskgraph import MARKER, TRANSFER, TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import MARKER, TRANSFER, TaskGraph, TaskGraphBuilder
 from tests.engine.nets import switch_network
 
 ALGORITHMS = ["ring", "centralized", "tree:3", "halving_doubling", "double_binary_tree", "hierarchical:2"]

@@ -21,7 +21,7 @@ from parplan.plan.base import PlanContext, PlanWork
 from parplan.plan.compute import optimizer_seconds, step_compute
 from parplan.plan.coordinators.parameter_server import ParameterServerCoordinator
 from parplan.plan.strategies import expand
-from parplan.plan.taskgraph import TRANSFER, TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import TRANSFER, TaskGraph, TaskGraphBuilder
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
 

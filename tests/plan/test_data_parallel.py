@@ -13,7 +13,7 @@ from parplan.errors import InfeasiblePlanError, PlanError
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
 from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies.data_parallel import expand, gradient_buckets, round_robin_sizes, shard_sizes
-from parplan.plan.taskgraph import COMPUTE, TRANSFER
+from parplan.taskgraph import COMPUTE, TRANSFER
 from tests.plan.strategy_helpers import (
     chain_model,
     context,

@@ -21,7 +21,7 @@ from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.repeated import MAX_SIMULATED_UNITS
 from parplan.plan.strategies import expand
 from parplan.plan.strategies.federated import aggregation_seconds
-from parplan.plan.taskgraph import TRANSFER
+from parplan.taskgraph import TRANSFER
 from parplan.topology.build import build_network
 
 PARAMS = 1e6

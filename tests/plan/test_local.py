@@ -9,7 +9,7 @@ from parplan.plan.compute import step_compute
 from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies import expand
 from parplan.plan.strategies.local import expand as expand_local
-from parplan.plan.taskgraph import COMPUTE
+from parplan.taskgraph import COMPUTE
 from tests.plan.strategy_helpers import chain_model, context, plan, strategy, switch_cluster
 
 

@@ -15,7 +15,7 @@ from parplan.errors import InfeasiblePlanError, PlanError, TopologyError
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
 from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies.model_parallel import analyse_partitions, expand, worker_sequence
-from parplan.plan.taskgraph import COMPUTE, TRANSFER, TaskGraph
+from parplan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 from tests.plan.strategy_helpers import (
     chain_model,
     context,

@@ -18,7 +18,7 @@ from parplan.plan.compute import forward_seconds, step_compute
 from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies import expand
 from parplan.plan.strategies.population_based import copy_bytes
-from parplan.plan.taskgraph import COMPUTE, TRANSFER
+from parplan.taskgraph import COMPUTE, TRANSFER
 from parplan.topology.build import build_network
 
 PARAMS = 1e7

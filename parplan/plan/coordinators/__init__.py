@@ -14,7 +14,7 @@ scenario's :class:`~parplan.config.scenario.TrainingSpec` and the strategy's fre
 mapping, and returns either
 
 - a :class:`~parplan.plan.base.PlanWork` (full control: unit, samples, memory, quality), or
-- a :class:`~parplan.plan.taskgraph.TaskGraph` of one training step; parplan then takes the step's
+- a :class:`~parplan.taskgraph.TaskGraph` of one training step; parplan then takes the step's
   samples as ``training.global_batch_size`` (or ``graph.meta["samples_per_step"]``) and reports no
   memory for it.
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from parplan.config.scenario import TrainingSpec
     from parplan.model.graph import ModelGraph
     from parplan.plan.base import PlanWork
-    from parplan.plan.taskgraph import TaskGraph
+    from parplan.taskgraph import TaskGraph
     from parplan.topology.network import Network
 
 GROUP = "parplan.coordinators"

@@ -39,7 +39,7 @@ from parplan.errors import PluginError
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.compute import optimizer_seconds, step_compute
 from parplan.plan.memory import combine, saved_activation_bytes
-from parplan.plan.taskgraph import TaskGraphBuilder
+from parplan.taskgraph import TaskGraphBuilder
 
 if TYPE_CHECKING:
     from parplan.config.scenario import TrainingSpec

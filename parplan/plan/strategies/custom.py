@@ -2,7 +2,7 @@
 
 The coordinator is loaded with :func:`parplan.plan.coordinators.load` and called with the cluster,
 the model, the training settings and the strategy's ``config``. What it returns is checked: a
-:class:`~parplan.plan.base.PlanWork` is used as it is, a :class:`~parplan.plan.taskgraph.TaskGraph`
+:class:`~parplan.plan.base.PlanWork` is used as it is, a :class:`~parplan.taskgraph.TaskGraph`
 is wrapped as one step of ``graph.meta["samples_per_step"]`` (default: the global batch) samples
 with no memory figures; every device either names must exist in the cluster. Anything else, or an
 exception inside the coordinator, is a :class:`~parplan.errors.PluginError` naming it.
@@ -14,7 +14,7 @@ from parplan.config.strategy import CustomStrategy
 from parplan.errors import ParplanError, PluginError
 from parplan.plan import coordinators
 from parplan.plan.base import PlanContext, PlanWork
-from parplan.plan.taskgraph import TaskGraph
+from parplan.taskgraph import TaskGraph
 
 
 def expand(ctx: PlanContext, strategy: CustomStrategy) -> PlanWork:

@@ -65,8 +65,8 @@ from parplan.plan.strategies.model_parallel import (
     num_microbatches,
     pipeline_memory,
 )
-from parplan.plan.taskgraph import TaskGraphBuilder
 from parplan.runtime.batching import speed_shares
+from parplan.taskgraph import TaskGraphBuilder
 
 
 def round_robin_sizes(samples: int, replicas: int) -> list[int]:

@@ -53,7 +53,7 @@ from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.compute import memory_bandwidth_Bps, step_compute
 from parplan.plan.memory import combine, saved_activation_bytes
 from parplan.plan.repeated import MAX_SIMULATED_UNITS, representative_graph, time_units
-from parplan.plan.taskgraph import TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import TaskGraph, TaskGraphBuilder
 
 
 @dataclass(frozen=True)

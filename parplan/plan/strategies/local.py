@@ -11,7 +11,7 @@ from parplan.config.strategy import LocalStrategy
 from parplan.plan.base import PlanContext, PlanWork
 from parplan.plan.compute import params_of, step_compute
 from parplan.plan.memory import plan_memory, saved_activation_bytes
-from parplan.plan.taskgraph import TaskGraphBuilder
+from parplan.taskgraph import TaskGraphBuilder
 
 
 def expand(ctx: PlanContext, strategy: LocalStrategy) -> PlanWork:

@@ -44,7 +44,7 @@ from parplan.errors import InfeasiblePlanError, PlanError
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds, params_of
 from parplan.plan.memory import combine, inflight_microbatches, plan_memory, saved_activation_bytes
-from parplan.plan.taskgraph import TaskGraphBuilder
+from parplan.taskgraph import TaskGraphBuilder
 
 
 @dataclass(frozen=True)

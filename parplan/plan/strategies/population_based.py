@@ -41,7 +41,7 @@ from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.compute import forward_seconds, step_compute
 from parplan.plan.memory import saved_activation_bytes
 from parplan.plan.repeated import MAX_SIMULATED_UNITS, representative_graph, time_units
-from parplan.plan.taskgraph import TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import TaskGraph, TaskGraphBuilder
 
 
 def member_devices(ctx: PlanContext, strategy: PopulationBasedStrategy) -> tuple[str, ...]:

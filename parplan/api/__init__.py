@@ -1,0 +1,1 @@
+"""Orchestration: scenario -> plans -> task graphs -> engine -> results; the layer the commands call."""
