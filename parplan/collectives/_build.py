@@ -16,11 +16,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from parplan.collectives.groups import resolve_groups
 from parplan.collectives.schedule import STEP_DTYPES, IntArray, Schedule
 from parplan.errors import CollectiveError
-
-__all__ = ["resolve_groups"]  # callers move to parplan.collectives.groups
 
 AnyIntArray = npt.NDArray[np.integer[Any]]
 
