@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
-from parplan.config.algorithms import AlgorithmSpec, RingAlgorithm
+from parplan.collectives.specs import AlgorithmSpec, RingAlgorithm
 from parplan.config.units import Bytes
 from parplan.errors import PlanError
 from parplan.spec import Spec
