@@ -20,7 +20,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.registry import ALGORITHMS, get
@@ -253,7 +252,11 @@ def uniform_parameters(
 
 
 def _closed_form(
-    spec: AlgorithmSpecBase, p: int, size_bytes: float, params: UniformParameters, groups: Any
+    spec: AlgorithmSpecBase,
+    p: int,
+    size_bytes: float,
+    params: UniformParameters,
+    groups: Sequence[Sequence[int]] | None,
 ) -> float:
     return allreduce_time(
         spec,

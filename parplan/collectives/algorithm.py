@@ -20,9 +20,9 @@ data-parallel expander and ``parplan collective`` pick it up from there.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -45,6 +45,9 @@ class AlgorithmSpecBase(Spec):
 
 
 SpecT = TypeVar("SpecT", bound=AlgorithmSpecBase)
+
+AlgorithmLike = str | Mapping[str, Any] | AlgorithmSpecBase
+"""An algorithm as callers name it: a short form (``"tree:4"``), a mapping or a spec."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from parplan.collectives import (
     tree_broadcast,
     tree_reduce,
 )
-from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups
+from parplan.collectives.algorithm import Algorithm, AlgorithmLike, AlgorithmSpecBase, Groups
 from parplan.collectives.schedule import COLLECTIVES, Schedule
 from parplan.errors import CollectiveError
 
@@ -144,7 +144,9 @@ def validate_spec(value: Any, collective: str = "all_reduce") -> AlgorithmSpecBa
     return spec
 
 
-def resolve(algorithm: Any, collective: str = "all_reduce") -> tuple[Algorithm[Any], AlgorithmSpecBase]:
+def resolve(
+    algorithm: AlgorithmLike, collective: str = "all_reduce"
+) -> tuple[Algorithm[Any], AlgorithmSpecBase]:
     """The algorithm and its spec from a spec, a mapping or a short form; a
     :class:`CollectiveError` for an unknown name (listing the valid ones) or invalid parameters."""
     if isinstance(algorithm, str | Mapping):
@@ -164,13 +166,13 @@ def resolve(algorithm: Any, collective: str = "all_reduce") -> tuple[Algorithm[A
     return found, algorithm
 
 
-def parse(value: Any, collective: str = "all_reduce") -> AlgorithmSpecBase:
+def parse(value: AlgorithmLike, collective: str = "all_reduce") -> AlgorithmSpecBase:
     """The spec of ``value`` (see :func:`resolve`)."""
     return resolve(value, collective)[1]
 
 
 def build_schedule(
-    algorithm: Any,
+    algorithm: AlgorithmLike,
     num_ranks: int,
     num_elements: int,
     *,

@@ -23,9 +23,7 @@ states.
 
 from __future__ import annotations
 
-from typing import Any
-
-from parplan.collectives.algorithm import Groups, Traffic
+from parplan.collectives.algorithm import AlgorithmLike, Groups, Traffic
 from parplan.collectives.registry import algorithms, resolve
 from parplan.collectives.ring import ring_traffic
 
@@ -38,14 +36,16 @@ def allreduce_total_lower_bound(num_ranks: int, num_elements: int) -> int:
 
 
 def expected_traffic(
-    algorithm: Any, num_ranks: int, num_elements: int, *, groups: Groups | None = None
+    algorithm: AlgorithmLike, num_ranks: int, num_elements: int, *, groups: Groups | None = None
 ) -> Traffic:
     """Per-rank (sent, received) element counts of an all-reduce algorithm (spec or short form)."""
     found, spec = resolve(algorithm)
     return found.traffic(spec, num_ranks, num_elements, groups)
 
 
-def collective_traffic(collective: str, num_ranks: int, num_elements: int, algorithm: Any = None) -> Traffic:
+def collective_traffic(
+    collective: str, num_ranks: int, num_elements: int, algorithm: AlgorithmLike | None = None
+) -> Traffic:
     """Per-rank (sent, received) elements of ``algorithm`` (a spec, mapping or short form; default:
     the first algorithm registered for ``collective``, with its defaults) computing ``collective``."""
     if algorithm is None:

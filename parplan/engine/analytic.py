@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, UniformCost
+from parplan.collectives.algorithm import Algorithm, AlgorithmLike, AlgorithmSpecBase, UniformCost
 from parplan.collectives.registry import resolve, version
 from parplan.engine.result import algorithm_bandwidth, bus_bandwidth
 
@@ -83,7 +83,7 @@ def _resolve_text(text: str, collective: str, registry_version: int) -> _Resolve
     return resolve(text, collective)
 
 
-def _resolve(algorithm: Any, collective: str) -> _Resolved:
+def _resolve(algorithm: AlgorithmLike, collective: str) -> _Resolved:
     if isinstance(algorithm, str):  # short forms recur in sweeps: parse each once
         return _resolve_text(algorithm, collective, version())
     return resolve(algorithm, collective)
@@ -91,7 +91,7 @@ def _resolve(algorithm: Any, collective: str) -> _Resolved:
 
 def collective_time(
     collective: str,
-    algorithm: Any,
+    algorithm: AlgorithmLike,
     num_ranks: int,
     size_bytes: float,
     *,
@@ -125,7 +125,7 @@ def collective_time(
 
 
 def allreduce_time(
-    algorithm: Any,
+    algorithm: AlgorithmLike,
     num_ranks: int,
     size_bytes: float,
     *,
