@@ -47,7 +47,7 @@ import numpy.typing as npt
 from pydantic import ValidationError
 
 from parplan.config.algorithms import algorithm_label
-from parplan.config.units import format_bytes
+from parplan.config.units import format_bytes, human_bytes
 from parplan.errors import ConfigError, Issue, PlanError
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.knobs import KNOBS
@@ -522,6 +522,10 @@ def bottleneck_text(r: PlanResult) -> str:
     """One line saying what bounds the step: memory, compute on a device, a link, or the bubble."""
     if not r.fits:
         worst = max((m for m in r.memory if not m.fits), key=lambda m: m.shortfall_bytes)
+
+        def _gib(size_bytes: float) -> str:
+            return human_bytes(size_bytes, unit="GiB", precision="short")
+
         return (
             f"memory on {worst.device}: needs {_gib(worst.total_bytes)} of {_gib(worst.capacity_bytes)}, "
             f"short by {_gib(worst.shortfall_bytes)}"
@@ -591,10 +595,6 @@ def _overlap(a: FloatArray, b: FloatArray) -> float:
         else:
             j += 1
     return float(total)
-
-
-def _gib(size_bytes: float) -> str:
-    return f"{size_bytes / 2**30:.3g} GiB"
 
 
 def _jsonable(value: Any) -> Any:
