@@ -112,7 +112,7 @@ def validate_config(
         else:
             report = validate_file(path, kind.value if kind is not None else None)
             if report.kind == "scenario" and report.valid:
-                from parplan.plan.feasibility import memory_issues
+                from parplan.api.feasibility import memory_issues
 
                 report = dataclasses.replace(report, issues=(*report.issues, *memory_issues(path)))
             reports.append(report)

@@ -22,9 +22,9 @@ from rich.text import Text
 from parplan.report import humanize as hz
 
 if TYPE_CHECKING:
+    from parplan.api.ranking import Ranked
+    from parplan.api.results import PlanResult
     from parplan.plan.base import MemoryBreakdown
-    from parplan.plan.compare import Ranked
-    from parplan.plan.evaluate import PlanResult
 
 PARETO_MARK = "●"
 """Marks plans on the time/memory Pareto front in the comparison table."""

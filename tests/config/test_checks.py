@@ -474,7 +474,7 @@ def test_two_d_mapping_agrees_with_the_planner(
     workers: list[str], replicas: int, devices: list[str] | None
 ) -> None:
     """validate-config and the data-parallel planner must place replicas identically."""
-    from parplan.plan.evaluate import build_context
+    from parplan.api.evaluate import build_context
     from parplan.plan.strategies.data_parallel import replica_worker_maps
     from parplan.plan.strategies.model_parallel import analyse_partitions
 

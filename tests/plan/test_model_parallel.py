@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.api.evaluate import evaluate_plan
 from parplan.config.model import ModelSpec
 from parplan.engine.simulate import simulate
 from parplan.errors import InfeasiblePlanError, PlanError, TopologyError
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
-from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies.model_parallel import analyse_partitions, expand, worker_sequence
 from parplan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 from tests.plan.strategy_helpers import (

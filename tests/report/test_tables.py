@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console, RenderableType
 
+from parplan.api.ranking import Ranked
+from parplan.api.results import PlanResult
 from parplan.plan.base import MemoryBreakdown
-from parplan.plan.compare import Ranked
-from parplan.plan.evaluate import PlanResult
 from parplan.report import tables
 
 

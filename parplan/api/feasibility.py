@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from parplan.api.evaluate import build_context
 from parplan.config.issues import make_issue
 from parplan.config.loader import load_file
 from parplan.errors import Issue, ParplanError
-from parplan.plan.evaluate import build_context
 from parplan.plan.memory import infeasible_message
 from parplan.plan.strategies import expand
 
