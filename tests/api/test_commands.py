@@ -76,3 +76,33 @@ def test_compare_scenario_without_any_evaluated_plan_returns_the_failures() -> N
     assert warnings == ["baseline dp-ring[num_replicas=64] could not be evaluated; no speed-ups shown"]
     with pytest.raises(ParplanError, match="baseline 'nope' is not a plan or variant compared"):
         compare_scenario(QUICKSTART, baseline="nope")
+
+
+def test_validate_paths_reports_every_file_and_never_raises(tmp_path: Path) -> None:
+    from parplan.api.validate import validate_paths
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    reports = validate_paths([SCENARIOS / "pipeline.yaml", empty, tmp_path / "missing.yaml"])
+    assert [(r.kind, r.valid) for r in reports] == [("scenario", True), (None, False), (None, False)]
+    (warning,) = reports[0].issues  # the memory fit of a valid scenario is checked too
+    assert warning.severity == "warning" and "does not fit in device memory" in warning.message
+    assert [i.message for i in reports[1].issues] == ["directory holds no .yaml, .yml, .toml or .json files"]
+    assert [i.message for i in reports[2].issues] == ["does not exist"]
+    found = validate_paths([SCENARIOS.parent / "partitions"])
+    assert [Path(r.path).name for r in found] == ["gpt-1.3b-4stage.yaml"] and found[0].kind == "partition"
+
+
+def test_file_schemas() -> None:
+    import json
+
+    from parplan.api.schema import file_schemas
+
+    every = file_schemas()
+    assert every.kinds == ("cluster", "model", "strategy", "partition", "scenario")
+    assert sorted(json.loads(every.document())) == sorted(every.kinds)
+    assert list(every.files()) == [f"{k}.schema.json" for k in every.kinds]
+    one = file_schemas("model")
+    assert json.loads(one.document())["title"] == "parplan model file"
+    with pytest.raises(ParplanError, match="unknown file kind 'nope'"):
+        file_schemas("nope")
