@@ -75,8 +75,8 @@ class _Build:
     backward_s_per_sample: Sequence[float]
     consumers: Sequence[Sequence[tuple[int, str, str]]]
     segments_on: Mapping[str, int]
-    forward: list[list[int]] = field(default_factory=list)
-    backward: list[list[int]] = field(default_factory=list)
+    forward: list[list[int]]
+    backward: list[list[int]]
     unit_tasks: dict[tuple[str, Unit], list[int]] = field(default_factory=dict)
     forwards_done: dict[str, int] = field(default_factory=dict)
 
@@ -144,8 +144,8 @@ def _start(
                 f"exactly once on stage {stage.index}"
             )
         position.update(((w, unit), pos) for pos, unit in enumerate(order))
-    consumers: list[list[tuple[int, str, str]]] = [[] for _ in layout.segments]
-    for seg in layout.segments:
+    consumers: list[list[tuple[int, str, str]]] = [[] for _ in segs]
+    for seg in segs:
         for node, w, targets in layout.sends[seg.index]:
             for t in targets:
                 consumers[t].append((seg.index, node, w))
@@ -163,8 +163,8 @@ def _start(
         backward_s_per_sample=[backward_seconds(ctx, device[g.worker], g.nodes, 1.0) for g in segs],
         consumers=consumers,
         segments_on={w: len(layout.worker_segments(w)) for w in layout.workers},
-        forward=[[-1] * len(layout.segments) for _ in range(m)],
-        backward=[[-1] * len(layout.segments) for _ in range(m)],
+        forward=[[-1] * len(segs) for _ in range(m)],
+        backward=[[-1] * len(segs) for _ in range(m)],
     )
 
 
@@ -266,7 +266,7 @@ def _add_barriers(st: _Build) -> None:
     if any(t < 0 for row in st.forward for t in row):
         raise PlanError(f"pipeline schedule {st.schedule.name!r} builds a backward before every forward")
     for w in layout.workers:
+        mine = layout.worker_segments(w)
         st.forwards_done[w] = st.b.marker(
-            [st.forward[j][i] for j in range(len(st.sizes)) for i in layout.worker_segments(w)],
-            label=f"{st.tag}forwards done {w}",
+            [st.forward[j][i] for j in range(len(st.sizes)) for i in mine], label=f"{st.tag}forwards done {w}"
         )

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from parplan.engine.simulate import simulate
+from parplan.errors import PlanError
 from parplan.pipeline import PipelineSchedule, Stage, Unit, register, unregister
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
 from parplan.plan.evaluate import evaluate_plan
@@ -69,3 +70,50 @@ def test_a_registered_toy_schedule_runs_a_model_parallel_plan(lockstep: Pipeline
     tb = backward_seconds(ctx, "h0", ["l0"], 8)
     opt = optimizer_seconds(ctx, "h0", 1e6)
     assert result.step_time_s == pytest.approx(m * s * (tf + tb) + opt, rel=1e-6)
+
+
+class _Skips(Lockstep):
+    """Broken: its order leaves out the last backward."""
+
+    name = "skips"
+
+    def worker_order(self, stage: Stage) -> tuple[Unit, ...]:
+        return super().worker_order(stage)[:-1]
+
+
+class _WaitsAhead(Lockstep):
+    """Broken: forward ``j`` waits for backward ``j + 1``, which is built after it."""
+
+    name = "waits_ahead"
+
+    def waits_for(self, unit: Unit, stage: Stage) -> tuple[Unit, ...]:
+        last = unit.microbatch + 1 >= stage.microbatches
+        return () if unit.direction == "B" or last else (Unit("B", unit.microbatch + 1),)
+
+
+class _EarlyBarrier(Lockstep):
+    """Broken: a barrier over every forward, but built micro-batch by micro-batch."""
+
+    name = "early_barrier"
+    backward_waits_for_forwards = True
+
+    def build_order(self, microbatches: int) -> tuple[Unit, ...]:
+        return tuple(Unit(d, j) for j in range(microbatches) for d in ("F", "B"))
+
+
+@pytest.mark.parametrize(
+    ("toy", "message"),
+    [
+        (_Skips(), "'skips' does not order every forward and backward exactly once on stage 0"),
+        (_WaitsAhead(), r"'waits_ahead' makes Unit\(direction='F', microbatch=0\) wait for"),
+        (_EarlyBarrier(), "'early_barrier' builds a backward before every forward"),
+    ],
+)
+def test_a_schedule_that_breaks_its_contract_is_a_plan_error(toy: PipelineSchedule, message: str) -> None:
+    ctx = context(switch_cluster(2), chain_model(layers=2), batch=8)
+    register(toy)
+    try:
+        with pytest.raises(PlanError, match=message):
+            expand(ctx, strategy(pipeline(["h0", "h1"], 1, 2, toy.name)))
+    finally:
+        unregister(toy.name)
