@@ -26,9 +26,8 @@ built, e.g. more replicas than devices) and for an infeasible request: a plan na
 from __future__ import annotations
 
 import functools
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -42,6 +41,7 @@ from parplan.cli.outputs import (
     write_file,
     wrote,
 )
+from parplan.pipeline import schedule_names
 
 if TYPE_CHECKING:
     from parplan.config.scenario import PlanSpec, ScenarioSpec
@@ -49,11 +49,10 @@ if TYPE_CHECKING:
     from parplan.topology.network import Network
 
 
-class Schedule(StrEnum):
-    """Pipeline schedules."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
+if TYPE_CHECKING:
+    Schedule = str
+else:
+    Schedule = Literal[schedule_names()]  # the registry's names, offered as the option's choices
 
 
 OPTION_OF_KNOB = {
@@ -163,7 +162,7 @@ def simulate(
         algorithm=algorithm,
         replicas=replicas,
         microbatches=microbatches,
-        schedule=schedule.value if schedule is not None else None,
+        schedule=schedule,
         bucket_size=bucket_size,
         overlap=overlap,
         settings=settings or [],

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from parplan.errors import ParplanError, PlanError
+from parplan.pipeline import schedule_names
 from parplan.plan.knobs import KNOBS
 
 if TYPE_CHECKING:
@@ -29,7 +30,7 @@ INTEGER_KNOBS = frozenset(
 """Knobs whose values are positive integers."""
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "schedule": ("gpipe", "1f1b"),
+    "schedule": schedule_names(),
     "batch_split": ("round_robin", "by_speed"),
     "reduce": ("mean", "sum", "weighted_by_samples"),
 }
