@@ -3,7 +3,8 @@
 Follows NCCL 2.30.7 (src/graph/tuning.cc ``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``,
 src/enqueue.cc ``topoGetAlgoInfo``); the constants live in :mod:`parplan.collectives.nccl_tables`,
 the topology search that sets channels and per-channel bandwidth in
-:mod:`parplan.collectives.nccl_search`. Pure: standard library and parplan.errors only.
+:mod:`parplan.collectives.nccl_search`. Pure: these three modules import only the standard library
+and parplan.errors.
 
 NCCL's time for one call of ``n`` bytes is ``latency + n / (1000 * algbw)`` microseconds:
 
@@ -84,9 +85,6 @@ SUPPORTED: Final[dict[Algorithm, frozenset[Collective]]] = {
 SIMPLE_ONLY: Final[frozenset[Algorithm]] = frozenset(
     {"collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat"}
 )
-_NCCL_NAMES: Final[dict[str, str]] = {
-    "collnetdirect": "collnet_direct", "collnetchain": "collnet_chain", "nvlstree": "nvls_tree",
-}
 
 
 @dataclass(frozen=True)
