@@ -198,9 +198,11 @@ def _per_channel_GBps(system: NcclSystem, collective: Collective, algorithm: Alg
     ``bwIntra`` on up to two nodes and for CollNet, ``bwInter`` beyond. NVLS reduces inside the
     switch at ``nvlsEfficiency`` of NVLink, one channel short (the head's), twice for all-reduce (its
     reduce and broadcast halves overlap) and (ppn-1)/ppn otherwise, bound by the network. On one node
-    there is no network and the notes' ``min(..., bwInter)`` is not applied: with the search's
-    ``bwInter`` (at most the top speed, 60 GB/s on sm90) it would make NVLS lose to Ring on 8 H100,
-    where NCCL runs NVLS by default.
+    there is no network, and this model does not apply the notes' ``min(..., bwInter)`` there. That
+    is a reading, not a quoted line: a one-node NVLS graph's ``bwInter`` is whatever the search's
+    pass 2 left (60 GB/s on sm90 in this model). Applied, it would change nothing on 8 H100 (59.5 <
+    60 per channel) but cap 4 and 6 H100 at 240 and 360 GB/s bus bandwidth instead of 306 and 425:
+    times 52-57% and 14-23% above the published NVLS runs, against 20-23% and 2-4% unbounded.
     """
     nodes, ppn, n_ch = system.n_nodes, system.ranks_per_node, graph.n_channels
     if algorithm in ("nvls", "nvls_tree"):
