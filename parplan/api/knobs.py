@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from parplan.errors import ConfigError, Issue, ParplanError, PlanError
+from parplan.pipeline import schedule_names
 
 if TYPE_CHECKING:
     from parplan.config.scenario import PlanSpec
@@ -44,7 +45,7 @@ INTEGER_KNOBS = frozenset(
 """Knobs whose values are positive integers."""
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "schedule": ("gpipe", "1f1b"),
+    "schedule": schedule_names(),
     "batch_split": ("round_robin", "by_speed"),
     "reduce": ("mean", "sum", "weighted_by_samples"),
 }

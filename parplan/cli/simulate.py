@@ -27,9 +27,8 @@ built, e.g. more replicas than devices) and for an infeasible request: a plan na
 from __future__ import annotations
 
 import functools
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -43,6 +42,7 @@ from parplan.cli.outputs import (
     write_file,
     wrote,
 )
+from parplan.pipeline import schedule_names
 
 if TYPE_CHECKING:
     from parplan.api.results import PlanResult
@@ -50,11 +50,10 @@ if TYPE_CHECKING:
     from parplan.topology.network import Network
 
 
-class Schedule(StrEnum):
-    """Pipeline schedules."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
+if TYPE_CHECKING:
+    Schedule = str
+else:
+    Schedule = Literal[schedule_names()]  # the registry's names, offered as the option's choices
 
 
 def simulate(
@@ -153,7 +152,7 @@ def simulate(
             "algorithm": ("--algorithm", algorithm),
             "num_replicas": ("--replicas", replicas),
             "microbatches": ("--microbatches", microbatches),
-            "schedule": ("--schedule", schedule.value if schedule is not None else None),
+            "schedule": ("--schedule", schedule),
             "bucket_size": ("--bucket-size", bucket_size),
             "overlap": ("--overlap", overlap),
         },
