@@ -4,8 +4,9 @@ One call per command, each returning a result the report layer formats:
 
 - :func:`parplan.api.simulate.simulate_scenario` (``simulate``) -> ``Simulation``
 - :func:`parplan.api.compare.compare_scenario` (``compare-strategies``) -> ``Comparison``
-- :func:`parplan.api.validate.validate_paths` (``validate-config``) -> ``FileReport`` per file
+- :func:`parplan.api.validate_config.validate_paths` (``validate-config``) -> ``FileReport`` per file
 - :func:`parplan.api.schema.file_schemas` (``schema``) -> ``SchemaSet``
+- :func:`parplan.api.accuracy.run_validation` (``validate``: predictions against nccl-tests tables)
 
 Underneath: :mod:`~parplan.api.evaluate` (the plan context, one plan evaluated),
 :mod:`~parplan.api.timeline` (reading a simulated step), :mod:`~parplan.api.results` (``PlanResult``

@@ -8,7 +8,7 @@ client a plan names is a device of the cluster; partitions cover every model nod
 clients and population members fit the devices (or the plan says how they share them); the
 devices a plan uses are connected; the global batch gives every replica (and micro-batch) a
 sample; a custom strategy's coordinator is installed. :func:`check_spec` runs every check of one
-loaded file, in the order the file reads. Memory fit is :mod:`parplan.api.validate`'s.
+loaded file, in the order the file reads. Memory fit is :mod:`parplan.api.validate_config`'s.
 """
 
 from __future__ import annotations

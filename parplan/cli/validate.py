@@ -5,7 +5,7 @@ file it references, and runs every check; it prints ``✓ path (kind)`` per vali
 problem as ``path:line:column field.path: message``. Directories are searched for .yaml, .yml,
 .toml and .json files. Exit code 0 when all files are valid, 1 when any is not, 2 for usage
 errors. ``--json`` prints a report for machines instead (layout:
-:mod:`parplan.report.validation`). The work is :func:`parplan.api.validate.validate_paths`.
+:mod:`parplan.report.validate_config`). The work is :func:`parplan.api.validate_config.validate_paths`.
 
 ``schema [KIND] [--output DIR]`` prints (or writes) the JSON Schema of each file kind.
 """
@@ -57,8 +57,8 @@ def validate_config(
     "issues": [{"path", "line", "column", "field", "message", "severity"}]}]}; line and column
     are 1-based (0: unknown); severity is error, warning or info.
     """
-    from parplan.api.validate import validate_paths
-    from parplan.report.validation import validation_json, validation_lines, validation_summary
+    from parplan.api.validate_config import validate_paths
+    from parplan.report.validate_config import validation_json, validation_lines, validation_summary
 
     reports = validate_paths(files, kind.value if kind is not None else None)
     if json_output:

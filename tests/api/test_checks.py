@@ -14,7 +14,7 @@ import networkx as nx
 import pytest
 
 from parplan.api.checks import check_cluster, check_model, check_plan, check_scenario, check_spec
-from parplan.api.validate import validate_file
+from parplan.api.validate_config import validate_file
 from parplan.config.checks import check_strategy
 from parplan.config.loader import load_file, load_scenario, spec_from_data
 from parplan.config.scenario import TrainingSpec

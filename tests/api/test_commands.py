@@ -79,7 +79,7 @@ def test_compare_scenario_without_any_evaluated_plan_returns_the_failures() -> N
 
 
 def test_validate_paths_reports_every_file_and_never_raises(tmp_path: Path) -> None:
-    from parplan.api.validate import validate_paths
+    from parplan.api.validate_config import validate_paths
 
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from parplan.api.validate import memory_issues
+from parplan.api.validate_config import memory_issues
 from parplan.cli.app import app
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_configs" / "scenarios"

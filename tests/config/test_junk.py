@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parplan.api.validate import validate_file
+from parplan.api.validate_config import validate_file
 from parplan.config.loader import KINDS, load_any, spec_from_data
 from parplan.config.readers import read_file
 from parplan.config.saving import dump_data

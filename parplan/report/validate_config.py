@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from parplan.api.validate import FileReport
+    from parplan.api.validate_config import FileReport
     from parplan.errors import Issue
 
 JSON_SCHEMA_VERSION = 1

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from parplan.api.validate import FileReport
+from parplan.api.validate_config import FileReport
 from parplan.errors import Issue
-from parplan.report.validation import (
+from parplan.report.validate_config import (
     JSON_SCHEMA_VERSION,
     issue_line,
     validation_json,
