@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from parplan.config.units import human_bytes
 from parplan.errors import InfeasiblePlanError
 from parplan.pipeline import Stage
 from parplan.pipeline import get as get_schedule
@@ -139,7 +140,4 @@ def require_fits(memories: Sequence[MemoryBreakdown]) -> None:
 
 def _fmt(size_bytes: float) -> str:
     """Bytes for messages: binary units, 3 significant digits."""
-    for factor, unit in ((2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB")):
-        if size_bytes >= factor:
-            return f"{size_bytes / factor:.3g} {unit}"
-    return f"{size_bytes:.0f} B"
+    return human_bytes(size_bytes, precision="short")

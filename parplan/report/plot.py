@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from parplan.errors import ParplanError
 
 if TYPE_CHECKING:
-    from parplan.plan.evaluate import PlanResult
+    from parplan.api.results import PlanResult
 
 MISSING_MESSAGE = (
     "plots need matplotlib, which is not installed; install the plot extra: pip install 'parplan[plot]'"

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.api.evaluate import evaluate_plan
 from parplan.config.model import ModelSpec
 from parplan.engine.simulate import simulate
 from parplan.errors import InfeasiblePlanError, PlanError, TopologyError
@@ -16,7 +17,6 @@ from parplan.pipeline import Stage
 from parplan.pipeline import get as get_schedule
 from parplan.pipeline.one_f_one_b import warmup_microbatches
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
-from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies.model_parallel import analyse_partitions, expand
 from parplan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 from tests.plan.strategy_helpers import (

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
+from parplan.api.evaluate import evaluate_plan
 from parplan.engine.simulate import simulate
 from parplan.errors import PlanError
 from parplan.pipeline import PipelineSchedule, Stage, Unit, register, unregister
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
-from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies.model_parallel import expand
 from parplan.taskgraph import COMPUTE
 from tests.plan.strategy_helpers import chain_model, context, pipeline, plan, strategy, switch_cluster

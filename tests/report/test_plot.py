@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from parplan.api.results import PlanResult
 from parplan.errors import ParplanError
-from parplan.plan.evaluate import PlanResult
 from parplan.report import plot
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -28,7 +28,7 @@ Any partition of any model DAG on any topology is accepted, not only contiguous 
 - **Optimizer.** Each worker steps its own partitions' parameters once every backward on it is done.
 
 The bubble (the fraction of the pipeline's span that a worker's stream is idle) is computed by
-:mod:`parplan.plan.evaluate` from the forward/backward tasks; for ``s`` uniform stages and negligible
+:mod:`parplan.api.timeline` from the forward/backward tasks; for ``s`` uniform stages and negligible
 communication it is ``(s - 1) / (m + s - 1)``.
 
 Segments, cut edges and stages come from :func:`~parplan.plan.pipeline_layout.analyse_partitions`;
