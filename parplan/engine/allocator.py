@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+import numpy.typing as npt
 
 from parplan.engine.arrays import FloatArray, IntArray
 from parplan.engine.routes import RouteTable
@@ -80,7 +82,7 @@ def max_min_rates(
     nu = len(used)
     pr = np.repeat(np.arange(nr), route_channels.shape[1])[real]
     weight = counts[pr].astype(np.float64)  # flows of each (route, channel) pair
-    n_on = np.bincount(pcl, weights=weight, minlength=nu)
+    n_on = cast(FloatArray, np.bincount(pcl, weights=weight, minlength=nu))  # flows per channel
     shared = bool(n_on.max() >= 2)
     if not shared or not sharing:
         return narrowest_Bps, used, shared
@@ -95,16 +97,34 @@ def max_min_rates(
             raise SimulationError("progressive filling found a channel with no capacity left")
         if alone.all():
             return rate, used, shared
-    # Each round: the smallest fair share among channels with unfrozen flows saturates its
-    # channels; their flows freeze at it. Channels without unfrozen flows (those of lone
-    # routes from the start) get an infinite capacity, so that they drop out of the minimum.
-    cap = bandwidth_Bps[used].copy()
-    unfrozen = ~alone
-    if alone.any():
-        alone_pair = alone[pr]
-        cap[pcl[alone_pair]] = math.inf
-        n_on[pcl[alone_pair]] = 1.0
-        keep = ~alone_pair
+    _fill(rate, ~alone, bandwidth_Bps[used], n_on, pr, pcl, weight)
+    return rate, used, shared
+
+
+def _fill(
+    rate: FloatArray,
+    unfrozen: npt.NDArray[np.bool_],
+    cap: FloatArray,
+    n_on: FloatArray,
+    pr: IntArray,
+    pcl: IntArray,
+    weight: FloatArray,
+) -> None:
+    """Progressive filling of the ``unfrozen`` routes' rates (in place) over the channels in use.
+
+    (route, channel) pairs are ``pr``/``pcl`` with ``weight`` flows each; channel ``c`` has
+    capacity ``cap[c]`` and ``n_on[c]`` flows. Each round, the smallest fair share among channels
+    with unfrozen flows saturates its channels and their flows freeze at it. Channels without
+    unfrozen flows (those of lone routes from the start) get an infinite capacity, so that they
+    drop out of the minimum.
+    """
+    nr, nu = len(rate), len(cap)
+    frozen = ~unfrozen
+    if frozen.any():
+        frozen_pair = frozen[pr]
+        cap[pcl[frozen_pair]] = math.inf
+        n_on[pcl[frozen_pair]] = 1.0
+        keep = ~frozen_pair
         pr, pcl, weight = pr[keep], pcl[keep], weight[keep]
     while True:
         share = cap / n_on
@@ -117,7 +137,7 @@ def max_min_rates(
         rate[hit] = m
         unfrozen ^= hit
         if not unfrozen.any():
-            return rate, used, shared
+            return
         pair_hit = hit[pr]
         frozen_flows = np.bincount(pcl[pair_hit], weights=weight[pair_hit], minlength=nu)
         cap -= frozen_flows * m

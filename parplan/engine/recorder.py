@@ -42,6 +42,14 @@ class Recorder:
             self.route_bytes = np.concatenate([self.route_bytes, np.zeros(grow)])
             self.route_busy_s = np.concatenate([self.route_busy_s, np.zeros(grow)])
 
+    def channel_bytes(self, routes: RouteTable) -> FloatArray:
+        """Bytes carried per network channel."""
+        return self._per_channel(np.zeros(self.num_channels + 1), self.route_bytes, routes.channels)
+
+    def channel_busy(self, routes: RouteTable) -> FloatArray:
+        """Seconds with at least one flow moving, per network channel (after the flows' flush)."""
+        return self._per_channel(self.channel_busy_s, self.route_busy_s, routes.channels)
+
     def _per_channel(self, base: FloatArray, per_route: FloatArray, route_channels: IntArray) -> FloatArray:
         """``base`` plus each route's figure added on each of its channels, padding dropped."""
         out = base.copy()
@@ -77,7 +85,6 @@ class Recorder:
                 size_bytes=float(collective.get("size_bytes", 0.0)),
                 time_s=makespan,
             )
-        no_bytes = np.zeros(self.num_channels + 1)
         return SimResult(
             makespan_s=makespan,
             start_s=self.start_s,
@@ -88,8 +95,8 @@ class Recorder:
             reduction_busy_s=reduction_busy_s,
             channel_names=routes.network.channel_names,
             channel_bandwidth_Bps=routes.bandwidth_Bps,
-            channel_bytes=self._per_channel(no_bytes, self.route_bytes, routes.channels),
-            channel_busy_s=self._per_channel(self.channel_busy_s, self.route_busy_s, routes.channels),
+            channel_bytes=self.channel_bytes(routes),
+            channel_busy_s=self.channel_busy(routes),
             num_events=num_events,
             collective=stats,
         )

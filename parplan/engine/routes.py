@@ -82,6 +82,8 @@ class RouteTable:
                 ids: IntArray = self._key_ids[pos]
                 return ids
             missing = np.unique(keys[~found])
+        elif not len(keys):
+            return EMPTY_I
         else:
             missing = np.unique(keys)
         self._add(missing)
