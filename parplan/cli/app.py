@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from parplan import __version__
-from parplan.cli import collective, compare, simulate, validate
+from parplan.cli import accuracy, collective, compare, simulate, validate
 from parplan.cli.common import STATE, guarded
 
 app = typer.Typer(
@@ -65,6 +65,7 @@ register(validate.schema, "schema")
 register(simulate.simulate, "simulate")
 register(compare.compare_strategies, "compare-strategies")
 register(collective.collective, "collective")
+register(accuracy.validate, "validate")
 
 
 GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q"})

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,9 +31,7 @@ from parplan.cli.outputs import check_outputs, emit_document, stdout_taken, warn
 if TYPE_CHECKING:
     from rich.progress import Progress
 
-    from parplan.config.scenario import ScenarioSpec
-    from parplan.plan.compare import Ranked, Variant
-    from parplan.plan.evaluate import PlanResult
+    from parplan.api.compare import Comparison
 
 PROGRESS_DELAY_S = 0.5
 """The progress bar appears only once the comparison has run this long."""
@@ -96,130 +93,60 @@ def compare_strategies(
     reason and the plans on the time/memory Pareto front. Exit code 0: at least one plan was
     evaluated; 1: invalid input or nothing could be evaluated; 2: usage error.
     """
-    import os
-
-    from parplan.cli.simulate import select_plans
-    from parplan.config.loader import load_scenario
-    from parplan.errors import ParplanError
-    from parplan.plan.compare import (
-        applies,
-        dedupe_variants,
-        evaluate_variants,
-        expand_variants,
-        merge_sweeps,
-        parse_sweep,
-        sweeps_from_scenario,
-    )
-
     outputs = {"--json": json_path, "--csv": csv_path, "--plot": plot_path}
     check_outputs(outputs, files_only=("--plot",), pictures=("--plot",))
-    sweeps_cli = [parse_sweep(s) for s in sweep or []]
-    spec = load_scenario(scenario)
-    plans = select_plans(spec, plan or [])
-    sweeps = merge_sweeps(sweeps_from_scenario(spec), sweeps_cli)
-    for s in sweeps:
-        if not any(applies(s.knob, p) for p in plans):
-            warn(f"sweep {s.knob} changes none of the plans compared")
-    variants, duplicates = dedupe_variants(expand_variants(plans, sweeps))
-    base_request = resolve_baseline(baseline if baseline is not None else spec.baseline, variants, duplicates)
 
-    workers = jobs if jobs > 0 else (os.cpu_count() or 1)
-    with _progress(len(variants)) as tick:
-        results = evaluate_variants(spec, variants, jobs=workers, progress=tick)
+    from parplan.api.compare import compare_scenario
+    from parplan.errors import ParplanError
 
-    ranked, failed, base_name = rank(variants, results, base_request)
-    if not ranked:
-        for name, error in failed:
+    with _progress() as tick:
+        comparison = compare_scenario(
+            scenario,
+            sweeps=sweep or [],
+            plans=plan or [],
+            baseline=baseline,
+            jobs=jobs,
+            progress=tick,
+            warn=warn,
+        )
+    if not comparison.ranked:
+        for name, error in comparison.failed:
             console(stderr=True).print(f"error: {name}: {error}", style="red", markup=False)
         raise ParplanError("no plan could be evaluated")
 
-    show_table = not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values()))
-    if show_table:
+    if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
         from parplan.report.tables import compare_view
 
+        spec = comparison.scenario
         view = compare_view(
             spec.name,
             spec.description,
-            ranked,
-            failed,
-            baseline=base_name,
+            comparison.ranked,
+            comparison.failed,
+            baseline=comparison.baseline,
             top=top,
-            duplicates=len(duplicates),
+            duplicates=len(comparison.duplicates),
         )
         console().print(view)
     else:
-        for name, error in failed:
+        for name, error in comparison.failed:
             warn(f"{name} cannot be planned: {error}")
-    write_outputs(spec, str(scenario), variants, ranked, failed, sweeps, base_name, duplicates, outputs)
-
-
-def resolve_baseline(
-    requested: str | None, variants: list[Variant], duplicates: dict[str, str]
-) -> str | None:
-    """The variant (or plan) name to measure speed-ups against; an unknown name is an error.
-
-    Spaces are ignored (so a name copied from the table works); a variant dropped as a
-    duplicate stands for the variant it duplicates; a plan name stands for the variant that is
-    the plan as configured (its sweep values all equal the plan's own), else its first variant.
-    """
-    from parplan.errors import ParplanError
-
-    if requested is None:
-        return None
-    from parplan.plan.compare import as_configured
-
-    wanted = requested.replace(" ", "")
-    if wanted in duplicates:
-        return duplicates[wanted]
-    if any(v.name == wanted for v in variants):
-        return wanted
-    plan_variant = as_configured(wanted, variants)
-    if plan_variant is not None:
-        return plan_variant.name
-    names = ", ".join(v.name for v in variants)
-    raise ParplanError(f"baseline {requested!r} is not a plan or variant compared; choose from: {names}")
-
-
-def rank(
-    variants: list[Variant], results: list[PlanResult | str], requested: str | None
-) -> tuple[list[Ranked], list[tuple[str, str]], str | None]:
-    """Rank the results; returns the ranking, the failed variants and the baseline variant used.
-
-    The baseline is the variant named ``requested`` (or, for a plan name, that plan's first
-    variant); without a request, the first local plan. A baseline that could not be evaluated
-    leaves the speed-ups empty, with a warning.
-    """
-    from parplan.plan.compare import rank_results
-
-    evaluated = {v.name: r for v, r in zip(variants, results, strict=True) if not isinstance(r, str)}
-    chosen: str | None = None
-    if requested is not None:
-        exact = [v for v in variants if v.name == requested]
-        chosen = (exact or [v for v in variants if v.plan.name == requested])[0].name
-    else:
-        chosen = next((n for n, r in evaluated.items() if r.strategy_kind == "local"), None)
-    usable = chosen if chosen in evaluated else None
-    ranked, failed = rank_results(variants, results, baseline=usable)
-    if usable is None:
-        if chosen is not None:
-            warn(f"baseline {chosen} could not be evaluated; no speed-ups shown")
-        ranked = [replace(r, speedup=None) for r in ranked]
-    return ranked, failed, usable
+    write_outputs(comparison, outputs)
 
 
 class _progress:
     """A transient progress bar on stderr, shown once the work has run :data:`PROGRESS_DELAY_S`.
 
-    Off with --quiet, when stderr is not a terminal, or for a single variant.
+    Off with --quiet, when stderr is not a terminal, or for a single variant; stopped (and, being
+    transient, erased) when the last variant finishes.
     """
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    def __init__(self) -> None:
         self.started = time.monotonic()
         self.bar: Progress | None = None
         self.task: Any = None
         err = console(stderr=True)
-        self.enabled = total > 1 and not STATE.quiet and err.is_terminal
+        self.enabled = not STATE.quiet and err.is_terminal
         self.console = err
 
     def __enter__(self) -> Callable[[int, int], None] | None:
@@ -227,7 +154,7 @@ class _progress:
 
     def tick(self, done: int, total: int) -> None:
         if self.bar is None:
-            if time.monotonic() - self.started < PROGRESS_DELAY_S or done >= total:
+            if total <= 1 or time.monotonic() - self.started < PROGRESS_DELAY_S or done >= total:
                 return
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -242,47 +169,35 @@ class _progress:
             self.bar.start()
             self.task = self.bar.add_task("plans", total=total)
         self.bar.update(self.task, completed=done)
+        if done >= total:  # gone before the ranking's messages print
+            self.bar.stop()
 
     def __exit__(self, *exc: object) -> None:
         if self.bar is not None:
             self.bar.stop()
 
 
-def write_outputs(
-    spec: ScenarioSpec,
-    scenario_file: str,
-    variants: list[Variant],
-    ranked: list[Ranked],
-    failed: list[tuple[str, str]],
-    sweeps: list[Any],
-    baseline: str | None,
-    duplicates: dict[str, str],
-    outputs: dict[str, str | None],
-) -> None:
+def write_outputs(comparison: Comparison, outputs: dict[str, str | None]) -> None:
     """JSON, CSV and the scaling plot, as asked."""
     json_path, csv_path, plot_path = outputs["--json"], outputs["--csv"], outputs["--plot"]
+    spec = comparison.scenario
     if json_path or csv_path:
         from parplan.report.json_report import compare_document, scenario_info
 
         document = compare_document(
-            scenario_info(spec.name, spec.description, scenario_file),
-            variants,
-            ranked,
-            failed,
-            sweeps=sweeps,
-            baseline=baseline,
-            duplicates=duplicates,
+            scenario_info(spec.name, spec.description, comparison.scenario_file),
+            comparison.variants,
+            comparison.ranked,
+            comparison.failed,
+            sweeps=comparison.sweeps,
+            baseline=comparison.baseline,
+            duplicates=comparison.duplicates,
         )
         emit_document(document, json_path, csv_path)
     if plot_path:
-        from parplan.plan.compare import scaling_key
         from parplan.report.plot import ScalingPoint, finite_points, plot_scaling
 
-        by_name = {v.name: v for v in variants}
-        points = []
-        for r in ranked:
-            series, replicas = scaling_key(by_name[r.variant_name])
-            points.append(ScalingPoint(series, replicas, r.result.step_time_s, r.result.fits))
+        points = [ScalingPoint(*p) for p in comparison.scaling_points()]
         title = f"{spec.name}: step time against replicas"
         write_file(plot_path, lambda target: plot_scaling(finite_points(points), target, title=title))
         wrote("plot", plot_path)

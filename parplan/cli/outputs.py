@@ -1,9 +1,10 @@
-"""Where ``simulate`` and ``compare-strategies`` put their results: stdout, files, per-plan files.
+"""Where ``simulate``, ``compare-strategies`` and ``schema`` put their results: stdout, files, per-plan files.
 
 - :func:`check_outputs`: ``-`` (stdout) may be used by one machine-readable output only, and
   picture outputs need matplotlib; both are checked before any simulation runs.
 - :func:`emit`: write text to stdout (``-``) or atomically to a file, and say so on stderr unless
   ``--quiet``; a file that cannot be written is a :class:`~parplan.errors.ConfigError` naming it.
+- :func:`write_into`: ``schema --output DIR`` writes one file per kind into a directory.
 - :func:`per_plan_paths`: ``--trace FILE`` / ``--plot FILE`` with several plans write one file per
   plan, the plan name inserted before the suffix: ``out.json`` -> ``out.dp-ring.json``; with one
   plan the file is ``FILE`` itself.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import typer
@@ -86,6 +87,27 @@ def write_file(path: str, writer: Callable[[str], None]) -> None:
         writer(path)
     except OSError as exc:
         raise ConfigError(Issue(path, "", f"cannot write: {exc.strerror or exc}")) from None
+
+
+def write_into(directory: Path, files: dict[str, str]) -> Iterator[Path]:
+    """Write ``{name: text}`` into ``directory`` (created if missing), yielding each path once written.
+
+    A directory that is a file, or cannot be created or written into, is a ConfigError naming it.
+    """
+    if not directory.is_dir():
+        if directory.exists():
+            raise ConfigError(Issue(str(directory), "", "is not a directory"))
+        try:
+            directory.mkdir(parents=True)
+        except OSError as exc:
+            raise ConfigError(Issue(str(directory), "", f"cannot create: {exc.strerror or exc}")) from None
+    for name, text in files.items():
+        target = directory / name
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(Issue(str(target), "", f"cannot write: {exc.strerror or exc}")) from None
+        yield target
 
 
 def wrote(what: str, path: str) -> None:

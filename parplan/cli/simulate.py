@@ -1,10 +1,11 @@
 """``parplan simulate SCENARIO``: time each plan of a scenario and say what bounds it.
 
-For each plan (or only those named with ``--plan``) the step is expanded into its task graph,
-simulated, and reported: a summary table, then per plan the split of the step into compute,
-exposed communication and idle time, throughput, the all-reduces' algbw/busbw, the busiest link,
-memory per device against capacity and the line saying what bounds the step; federated and
-population-based plans add their quality figures (loss per round, best score per generation).
+For each plan (or only those named with ``--plan``) the step is expanded into its task graph and
+simulated (:func:`parplan.api.simulate.simulate_scenario` does all of that), then reported: a
+summary table, then per plan the split of the step into compute, exposed communication and idle
+time, throughput, the all-reduces' algbw/busbw, the busiest link, memory per device against capacity
+and the line saying what bounds the step; federated and population-based plans add their quality
+figures (loss per round, best score per generation).
 
 Knobs can be overridden without editing files (``--algorithm``, ``--replicas``,
 ``--microbatches``, ``--schedule``, ``--bucket-size``, ``--overlap/--no-overlap``, and any other
@@ -26,9 +27,8 @@ built, e.g. more replicas than devices) and for an infeasible request: a plan na
 from __future__ import annotations
 
 import functools
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
@@ -42,29 +42,18 @@ from parplan.cli.outputs import (
     write_file,
     wrote,
 )
+from parplan.pipeline import schedule_names
 
 if TYPE_CHECKING:
-    from parplan.config.scenario import PlanSpec, ScenarioSpec
-    from parplan.plan.evaluate import PlanResult
+    from parplan.api.results import PlanResult
+    from parplan.api.simulate import Simulation
     from parplan.topology.network import Network
 
 
-class Schedule(StrEnum):
-    """Pipeline schedules."""
-
-    GPIPE = "gpipe"
-    ONE_F_ONE_B = "1f1b"
-
-
-OPTION_OF_KNOB = {
-    "algorithm": "--algorithm",
-    "num_replicas": "--replicas",
-    "microbatches": "--microbatches",
-    "schedule": "--schedule",
-    "bucket_size": "--bucket-size",
-    "overlap": "--overlap",
-}
-"""The dedicated option of each knob (others come through ``--set``)."""
+if TYPE_CHECKING:
+    Schedule = str
+else:
+    Schedule = Literal[schedule_names()]  # the registry's names, offered as the option's choices
 
 
 def simulate(
@@ -155,146 +144,56 @@ def simulate(
     outputs = {"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path}
     check_outputs(outputs, files_only=("--trace", "--plot"), pictures=("--plot",))
 
-    from parplan.config.loader import load_scenario
+    from parplan.api.knobs import KnobOptions
+    from parplan.api.simulate import simulate_scenario
 
-    spec = load_scenario(scenario)
-    plans = select_plans(spec, plan or [])
-    overrides = collect_overrides(
-        algorithm=algorithm,
-        replicas=replicas,
-        microbatches=microbatches,
-        schedule=schedule.value if schedule is not None else None,
-        bucket_size=bucket_size,
-        overlap=overlap,
+    knobs = KnobOptions(
+        options={
+            "algorithm": ("--algorithm", algorithm),
+            "num_replicas": ("--replicas", replicas),
+            "microbatches": ("--microbatches", microbatches),
+            "schedule": ("--schedule", schedule),
+            "bucket_size": ("--bucket-size", bucket_size),
+            "overlap": ("--overlap", overlap),
+        },
         settings=settings or [],
     )
-    warn_unused(overrides, plans)
-    network, results, failed = evaluate(spec, plans, overrides)
+    run = simulate_scenario(scenario, plans=plan or [], knobs=knobs, warn=warn)
 
-    show_tables = not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values()))
-    if show_tables:
+    if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
         from parplan.report.tables import simulate_view
 
-        console().print(simulate_view(spec.name, spec.description, results, failed))
-    write_outputs(spec, str(scenario), network, results, failed, overrides, outputs)
-    finish(results, failed, explicit=bool(plan))
+        spec = run.scenario
+        console().print(simulate_view(spec.name, spec.description, run.results, run.failed))
+    write_outputs(run, outputs)
+    finish(run.problems())
 
 
-def select_plans(spec: ScenarioSpec, names: list[str]) -> list[PlanSpec]:
-    """The scenario's plans, or those named (in the order named); an unknown name is an error."""
-    from parplan.errors import ParplanError
-
-    if not names:
-        return list(spec.plans)
-    by_name = {p.name: p for p in spec.plans}
-    unknown = [n for n in names if n not in by_name]
-    if unknown:
-        raise ParplanError(
-            f"unknown plan {', '.join(repr(n) for n in unknown)}; the scenario's plans: {', '.join(by_name)}"
-        )
-    return [by_name[n] for n in dict.fromkeys(names)]
-
-
-def collect_overrides(
-    *,
-    algorithm: str | None,
-    replicas: int | None,
-    microbatches: int | None,
-    schedule: str | None,
-    bucket_size: str | None,
-    overlap: bool | None,
-    settings: list[str],
-) -> dict[str, Any]:
-    """The knobs given on the command line, checked, in a fixed order (dedicated options, then --set)."""
-    from parplan.errors import ParplanError
-    from parplan.plan.compare import parse_setting, parse_value
-
-    overrides: dict[str, Any] = {}
-    if algorithm is not None:
-        overrides["algorithm"] = parse_value("algorithm", algorithm, where="--algorithm")
-    if replicas is not None:
-        overrides["num_replicas"] = replicas
-    if microbatches is not None:
-        overrides["microbatches"] = microbatches
-    if schedule is not None:
-        overrides["schedule"] = schedule
-    if bucket_size is not None:
-        overrides["bucket_size"] = parse_value("bucket_size", bucket_size, where="--bucket-size")
-    if overlap is not None:
-        overrides["overlap"] = overlap
-    for text in settings:
-        knob, value = parse_setting(text)
-        if knob in overrides:
-            option = OPTION_OF_KNOB.get(knob, "--set")
-            raise ParplanError(f"--set {knob} given twice (or together with {option})")
-        overrides[knob] = value
-    return overrides
-
-
-def warn_unused(overrides: dict[str, Any], plans: list[PlanSpec]) -> None:
-    """Warn about knobs that change none of the plans simulated."""
-    from parplan.plan.compare import applies
-    from parplan.plan.knobs import KNOBS
-
-    for knob in overrides:
-        if not any(applies(knob, p) for p in plans):
-            option = OPTION_OF_KNOB.get(knob, f"--set {knob}")
-            kinds = " and ".join(KNOBS[knob])
-            warn(f"{option} changes none of the plans simulated (it applies to {kinds} plans)")
-
-
-def evaluate(
-    spec: ScenarioSpec, plans: list[PlanSpec], overrides: dict[str, Any]
-) -> tuple[Network, list[PlanResult], list[tuple[str, str]]]:
-    """Simulate each plan; a plan that cannot be built goes to the failed list with its error.
-
-    Returns the scenario's network too (traces name its links)."""
-    from parplan.errors import ParplanError
-    from parplan.plan.evaluate import build_context, evaluate_plan
-
-    ctx = build_context(spec)
-    results: list[PlanResult] = []
-    failed: list[tuple[str, str]] = []
-    for p in plans:
-        try:
-            results.append(evaluate_plan(ctx, p, overrides=overrides or None))
-        except ParplanError as exc:
-            failed.append((p.name, str(exc)))
-    return ctx.network, results, failed
-
-
-def write_outputs(
-    spec: ScenarioSpec,
-    scenario_file: str,
-    network: Network,
-    results: list[PlanResult],
-    failed: list[tuple[str, str]],
-    overrides: dict[str, Any],
-    outputs: dict[str, str | None],
-) -> None:
+def write_outputs(run: Simulation, outputs: dict[str, str | None]) -> None:
     """JSON, CSV, traces and timelines, as asked."""
     json_path, csv_path = outputs["--json"], outputs["--csv"]
     if json_path or csv_path:
         from parplan.report.json_report import scenario_info, simulate_document
 
+        spec = run.scenario
         document = simulate_document(
-            scenario_info(spec.name, spec.description, scenario_file),
-            results,
-            overrides=overrides,
-            failed=failed,
+            scenario_info(spec.name, spec.description, run.scenario_file),
+            run.results,
+            overrides=run.overrides,
+            failed=run.failed,
         )
         emit_document(document, json_path, csv_path)
-    names = [r.name for r in results]
+    names = [r.name for r in run.results]
     trace_path = outputs["--trace"]
-    if trace_path and results:
-        for r, path in zip(results, per_plan_paths(trace_path, names), strict=True):
-            write_file(path, functools.partial(write_trace, r, network))
+    if trace_path and run.results:
+        for r, path in zip(run.results, per_plan_paths(trace_path, names), strict=True):
+            write_file(path, functools.partial(write_trace, r, run.network))
             wrote(f"trace of {r.name}", path)
     plot_path = outputs["--plot"]
-    if plot_path and results:
+    if plot_path and run.results:
         from parplan.report.plot import plot_timeline
 
-        for r, path in zip(results, per_plan_paths(plot_path, names), strict=True):
+        for r, path in zip(run.results, per_plan_paths(plot_path, names), strict=True):
             write_file(path, functools.partial(plot_timeline, r))
             wrote(f"timeline of {r.name}", path)
 
@@ -311,14 +210,11 @@ def write_trace(result: PlanResult, network: Network, path: str | Path) -> None:
         write_chrome_trace(result.sim, result.graph, network, tmp)
 
 
-def finish(results: list[PlanResult], failed: list[tuple[str, str]], *, explicit: bool) -> None:
+def finish(problems: list[str]) -> None:
     """Exit 1 after reporting plans that could not be built, or named plans that do not fit."""
     from rich.text import Text
 
     err = console(stderr=True)
-    problems = [f"plan {name}: {error}" for name, error in failed]
-    if explicit:
-        problems += [f"plan {r.name} does not fit: {r.infeasible_reason}" for r in results if not r.fits]
     for line in problems:
         err.print(Text("error: ", style="bold red") + Text(line))
     if problems:

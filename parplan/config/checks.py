@@ -1,55 +1,37 @@
-"""Validation beyond the schema: do the files make sense together?
+"""Checks a spec can be given on its own, before any graph is built.
 
-The schema (pydantic) checks each value on its own; these checks look across values and files:
-links name endpoints that exist; partitions cover every model node exactly once; every worker,
-device, server or client a plan names is a device of the cluster; replicas, clients and
-population members fit the devices (or the plan says how they share them); the devices a plan
-uses are connected; the global batch gives every replica (and micro-batch) a sample. Each problem
-is one :class:`~parplan.errors.Issue`, located through the loaded file's
-:class:`~parplan.config.issues.Source` when there is one.
+The schema (pydantic) checks each value on its own; these look across the values of one spec:
+no model node in two partitions, partition names unique; a data-parallel plan lists as many
+devices as its replicas need, none twice; a federated plan's client list fits its client count
+and leaves out the server; a population's devices are listed once. Each problem is one
+:class:`~parplan.errors.Issue`, located through the loaded file's
+:class:`~parplan.config.issues.Source` when there is one (:class:`IssueCollector`).
 
-Memory fit is not checked here: it needs the planners' memory model (:mod:`parplan.plan`).
-
-The topology and model graphs are imported inside the functions, so importing this module stays
-cheap.
+Checks that need the built network or model graph (devices exist and connect, partitions cover
+the model, the cluster builds) and the check that a custom strategy's coordinator is installed
+run above this layer, in :mod:`parplan.api.checks`, which calls the ones here in file order.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from importlib.metadata import entry_points
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from parplan.config.cluster import ClusterSpec
 from parplan.config.issues import Severity, Source, make_issue
-from parplan.config.loader import detect_kind, load_file
-from parplan.config.model import ModelSpec
-from parplan.config.readers import Loc, read_file
-from parplan.config.scenario import ScenarioSpec, TrainingSpec
+from parplan.config.readers import Loc
 from parplan.config.strategy import (
-    CustomStrategy,
     DataParallelStrategy,
     FederatedStrategy,
-    LocalStrategy,
     ModelParallelStrategy,
     PartitionFileSpec,
     PartitionSpec,
     PopulationBasedStrategy,
 )
-from parplan.errors import ConfigError, Issue, ModelError, PlanError, TopologyError
-
-if TYPE_CHECKING:
-    from parplan.model.graph import ModelGraph
-    from parplan.topology.network import Network
-
-COORDINATOR_GROUP = "parplan.coordinators"
-"""The entry-point group custom strategies' coordinators are registered under."""
+from parplan.errors import Issue
 
 
-class _Report:
+class IssueCollector:
     """Collects issues for one spec, placing each through the source at ``prefix + loc``."""
 
     def __init__(self, source: Source | None, prefix: Loc = ()) -> None:
@@ -57,132 +39,33 @@ class _Report:
         self.prefix = prefix
         self.issues: list[Issue] = []
 
-    def at(self, prefix: Loc) -> _Report:
+    def at(self, prefix: Loc) -> IssueCollector:
         """A report for a part of this spec that shares the issue list."""
-        sub = _Report(self.source, (*self.prefix, *prefix))
+        sub = IssueCollector(self.source, (*self.prefix, *prefix))
         sub.issues = self.issues
         return sub
 
     def add(self, loc: Loc, message: str, severity: Severity = "error") -> None:
+        """Record ``message`` at ``prefix + loc`` (once: a repeated issue is dropped)."""
         issue = make_issue(self.source, (*self.prefix, *loc), message, severity)
         if issue not in self.issues:
             self.issues.append(issue)
 
 
-def _suggest(name: str, known: Sequence[str]) -> str:
+def suggest(name: str, known: Sequence[str]) -> str:
+    """``; did you mean 'x'?`` for the closest known name, or nothing."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _unknown_device(name: str, network: Network, role: str) -> str:
-    if name in network.graph and network.graph.nodes[name].get("kind") == "switch":
-        return f"{role} {name!r} is a switch, not a device"
-    listed = ", ".join(network.devices[:8]) + (", ..." if len(network.devices) > 8 else "")
-    hint = _suggest(name, network.devices) or f" (devices: {listed})"
-    return f"{role} {name!r} is not a device of cluster {network.name!r}{hint}"
-
-
-def _strip_cluster(message: str) -> str:
-    """TopologyError messages start with "cluster 'x': "; the issue already says which file."""
-    head, sep, rest = message.partition("': ")
-    return rest if sep and head.startswith("cluster '") else message
-
-
-# -- clusters ------------------------------------------------------------------------------------------
-
-
-def check_cluster(cluster: ClusterSpec, source: Source | None = None, prefix: Loc = ()) -> list[Issue]:
-    """Links name existing endpoints, once each, between two different nodes; names do not clash
-    with the generator's; and the network builds (every device reachable)."""
-    report = _Report(source, prefix)
-    _cluster(cluster, report)
-    return report.issues
-
-
-def _cluster(cluster: ClusterSpec, report: _Report) -> Network | None:
-    from parplan.topology.build import build_network
-
-    generated: set[str] = set()
-    if cluster.generator is not None:
-        bare = cluster.model_copy(update={"devices": (), "switches": (), "links": ()})
-        try:
-            generated = set(build_network(bare).graph.nodes)
-        except TopologyError as exc:
-            report.add(("generator",), _strip_cluster(str(exc)))
-            return None
-    clash = False
-    names = [("devices", i, d.name) for i, d in enumerate(cluster.devices)]
-    names += [("switches", i, s.name) for i, s in enumerate(cluster.switches)]
-    for key, i, name in names:
-        if name in generated:
-            report.add((key, i, "name"), f"name {name!r} is already used by the generator")
-            clash = True
-    known = sorted(generated | {d.name for d in cluster.devices} | {s.name for s in cluster.switches})
-    seen: dict[frozenset[str], int] = {}
-    bad_links = False
-    for i, link in enumerate(cluster.links):
-        for end in ("a", "b"):
-            name = getattr(link, end)
-            if name not in known:
-                report.add(("links", i, end), f"unknown device or switch {name!r}{_suggest(name, known)}")
-                bad_links = True
-        if link.a == link.b:
-            report.add(("links", i), f"links {link.a!r} to itself")
-            bad_links = True
-        pair = frozenset((link.a, link.b))
-        if pair in seen:
-            report.add(
-                ("links", i),
-                f"{link.a} - {link.b} is linked twice (also links[{seen[pair]}]); give one link with the "
-                "combined bandwidth",
-            )
-            bad_links = True
-        seen.setdefault(pair, i)
-    if clash or bad_links:
-        return None
-    try:
-        return build_network(cluster)
-    except TopologyError as exc:
-        report.add((), _strip_cluster(str(exc)))
-        return None
-
-
-# -- models --------------------------------------------------------------------------------------------
-
-
-def check_model(model: ModelSpec, source: Source | None = None, prefix: Loc = ()) -> list[Issue]:
-    """The model graph builds: its edges form no cycle."""
-    report = _Report(source, prefix)
-    _model(model, report)
-    return report.issues
-
-
-def _model(model: ModelSpec, report: _Report) -> ModelGraph | None:
-    from parplan.model.graph import build_model
-
-    try:
-        return build_model(model)
-    except ModelError as exc:
-        message = str(exc)
-        head, sep, rest = message.partition("': ")
-        report.add(
-            ("edges",) if model.edges is not None else (),
-            rest if sep and head.startswith("model '") else message,
-        )
-        return None
-
-
-# -- strategies and partitions on their own --------------------------------------------------------------
-
-
 def check_partitions(spec: PartitionFileSpec, source: Source | None = None, prefix: Loc = ()) -> list[Issue]:
     """A partition file on its own: no model node in two partitions, partition names unique."""
-    report = _Report(source, prefix)
+    report = IssueCollector(source, prefix)
     _partitions(spec.partitions, report.at(("partitions",)))
     return report.issues
 
 
-def _partitions(partitions: Sequence[PartitionSpec], report: _Report) -> None:
+def _partitions(partitions: Sequence[PartitionSpec], report: IssueCollector) -> None:
     owner: dict[str, str] = {}
     for j, part in enumerate(partitions):
         for k, node in enumerate(part.nodes):
@@ -199,12 +82,13 @@ def _partitions(partitions: Sequence[PartitionSpec], report: _Report) -> None:
 
 def check_strategy(strategy: Any, source: Source | None = None, prefix: Loc = ()) -> list[Issue]:
     """What a strategy file can be checked for without a cluster or a model."""
-    report = _Report(source, prefix)
-    _strategy_alone(strategy, report)
+    report = IssueCollector(source, prefix)
+    check_strategy_alone(strategy, report)
     return report.issues
 
 
-def _strategy_alone(strategy: Any, report: _Report) -> None:
+def check_strategy_alone(strategy: Any, report: IssueCollector) -> None:
+    """Add what ``strategy`` can be checked for without a cluster or a model to ``report``."""
     if isinstance(strategy, ModelParallelStrategy):
         _partitions(strategy.partitions, report.at(("partitions",)))
     elif isinstance(strategy, DataParallelStrategy):
@@ -218,7 +102,7 @@ def _strategy_alone(strategy: Any, report: _Report) -> None:
                 report.add(("devices",), f"lists {len(strategy.devices)} devices; {what} needs {want}")
             _no_repeats(strategy.devices, ("devices",), report)
         if strategy.replica is not None:
-            _strategy_alone(strategy.replica, report.at(("replica",)))
+            check_strategy_alone(strategy.replica, report.at(("replica",)))
     elif isinstance(strategy, FederatedStrategy):
         if strategy.clients is not None:
             if len(strategy.clients) > strategy.num_clients:
@@ -233,290 +117,13 @@ def _strategy_alone(strategy: Any, report: _Report) -> None:
                 report.add(
                     ("clients", k), f"the server {strategy.server!r} is also listed as a client", "warning"
                 )
-    elif isinstance(strategy, PopulationBasedStrategy):
-        if strategy.devices is not None:
-            _no_repeats(strategy.devices, ("devices",), report)
-    elif isinstance(strategy, CustomStrategy):
-        installed = sorted({ep.name for ep in entry_points(group=COORDINATOR_GROUP)})
-        if strategy.coordinator not in installed:
-            names = ", ".join(installed) or "none"
-            report.add(
-                ("coordinator",),
-                f"no coordinator {strategy.coordinator!r} is installed (group {COORDINATOR_GROUP}); "
-                f"installed: {names}{_suggest(strategy.coordinator, installed)}",
-            )
+    elif isinstance(strategy, PopulationBasedStrategy) and strategy.devices is not None:
+        _no_repeats(strategy.devices, ("devices",), report)
 
 
-def _no_repeats(names: Sequence[str], loc: Loc, report: _Report) -> None:
+def _no_repeats(names: Sequence[str], loc: Loc, report: IssueCollector) -> None:
     first: dict[str, int] = {}
     for k, name in enumerate(names):
         if name in first:
             report.add((*loc, k), f"device {name!r} is listed twice (also at [{first[name]}])")
         first.setdefault(name, k)
-
-
-# -- strategies against a cluster, a model and the training settings ------------------------------------
-
-
-@dataclass(frozen=True)
-class _World:
-    network: Network
-    model: ModelGraph | None
-    training: TrainingSpec
-
-
-def check_plan(
-    strategy: Any,
-    network: Network,
-    model: ModelGraph | None,
-    training: TrainingSpec,
-    source: Source | None = None,
-    prefix: Loc = (),
-) -> list[Issue]:
-    """One strategy against a built cluster, model graph and training settings (and on its own)."""
-    report = _Report(source, prefix)
-    _strategy_alone(strategy, report)
-    _plan(strategy, _World(network, model, training), report)
-    return report.issues
-
-
-def _plan(strategy: Any, world: _World, report: _Report) -> None:
-    checker: dict[type, Callable[[Any, _World, _Report], list[str]]] = {
-        LocalStrategy: _local,
-        DataParallelStrategy: _data_parallel,
-        ModelParallelStrategy: _model_parallel,
-        FederatedStrategy: _federated,
-        PopulationBasedStrategy: _population,
-    }
-    check = checker.get(type(strategy))
-    if check is None:
-        return
-    before = len(report.issues)
-    used = check(strategy, world, report)
-    if len(report.issues) == before or all(i.severity != "error" for i in report.issues[before:]):
-        _connected(used, world.network, report)
-
-
-def _known(name: str, loc: Loc, role: str, world: _World, report: _Report) -> bool:
-    if name in world.network.devices:
-        return True
-    report.add(loc, _unknown_device(name, world.network, role))
-    return False
-
-
-def _local(strategy: LocalStrategy, world: _World, report: _Report) -> list[str]:
-    device = strategy.device or world.network.devices[0]
-    return [device] if _known(device, ("device",), "device", world, report) else []
-
-
-def _data_parallel(strategy: DataParallelStrategy, world: _World, report: _Report) -> list[str]:
-    net = world.network
-    n = strategy.num_replicas
-    ok = True
-    if strategy.devices is not None:
-        for k, d in enumerate(strategy.devices):
-            ok &= _known(d, ("devices", k), "device", world, report)
-    if strategy.replica is not None:
-        ok &= _pipeline_ok(strategy.replica, world, report.at(("replica",)), per_replica=n)
-    if not ok or (strategy.devices is not None and len(set(strategy.devices)) != len(strategy.devices)):
-        return []  # the unknown or repeated devices are reported already
-    try:
-        replicas = strategy.replica_devices(net.devices)
-    except PlanError as exc:
-        report.add(("devices",) if strategy.devices is not None else ("num_replicas",), str(exc))
-        return []
-    batch = world.training.global_batch_size
-    if batch < n:
-        report.add(
-            ("num_replicas",),
-            f"{n} replicas need at least one sample each, but training.global_batch_size is {batch}",
-        )
-    return [d for devices in replicas for d in devices]
-
-
-def _model_parallel(strategy: ModelParallelStrategy, world: _World, report: _Report) -> list[str]:
-    return list(strategy.workers()) if _pipeline_ok(strategy, world, report) else []
-
-
-def _pipeline_ok(
-    strategy: ModelParallelStrategy, world: _World, report: _Report, per_replica: int = 1
-) -> bool:
-    """Workers exist, partitions cover the model exactly, micro-batches get samples."""
-    ok = True
-    for j, part in enumerate(strategy.partitions):
-        ok &= _known(part.worker, ("partitions", j, "worker"), "worker", world, report)
-    model = world.model
-    if model is not None:
-        known = set(model.order)
-        covered: set[str] = set()
-        for j, part in enumerate(strategy.partitions):
-            for k, node in enumerate(part.nodes):
-                if node not in known:
-                    report.add(
-                        ("partitions", j, "nodes", k),
-                        f"{node!r} is not a node of model {model.spec.name!r}{_suggest(node, model.order)}",
-                    )
-                    ok = False
-                covered.add(node)
-        missing = [node for node in model.order if node not in covered]
-        if missing:
-            shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-            report.add(("partitions",), f"model nodes in no partition: {shown}")
-            ok = False
-    comm = strategy.communication
-    if comm.protocol == "pipeline":
-        samples = world.training.global_batch_size // per_replica
-        if comm.microbatches > samples > 0:
-            whose = "per replica" if per_replica > 1 else "in the global batch"
-            report.add(
-                ("communication", "microbatches"),
-                f"{comm.microbatches} micro-batches need at least {comm.microbatches} samples, "
-                f"there are {samples} {whose}",
-            )
-    return ok
-
-
-def _federated(strategy: FederatedStrategy, world: _World, report: _Report) -> list[str]:
-    net = world.network
-    server = strategy.server or net.devices[0]
-    ok = _known(server, ("server",), "server", world, report)
-    if strategy.clients is not None:
-        for k, d in enumerate(strategy.clients):
-            ok &= _known(d, ("clients", k), "client device", world, report)
-        pool = list(strategy.clients[: strategy.num_clients])
-    else:
-        pool = [d for d in net.devices if d != server]
-        if not pool:
-            report.add(
-                ("server",), f"the server {server!r} is the cluster's only device; clients need others"
-            )
-            return []
-    if not ok:
-        return []
-    n = strategy.num_clients
-    distinct = len(dict.fromkeys(pool[: min(n, len(pool))]))
-    if n > distinct:
-        report.add(
-            ("num_clients",),
-            f"{n} clients on {distinct} devices: clients sharing a device train one after another",
-            "info",
-        )
-    batch = world.training.global_batch_size
-    if strategy.samples_per_client is None and batch < n:
-        report.add(
-            ("num_clients",),
-            f"training.global_batch_size ({batch}) split over {n} clients leaves {n - batch} without data",
-            "warning",
-        )
-    return list(dict.fromkeys([server, *pool[: min(n, len(pool))]]))
-
-
-def _population(strategy: PopulationBasedStrategy, world: _World, report: _Report) -> list[str]:
-    devices = list(strategy.devices) if strategy.devices is not None else list(world.network.devices)
-    ok = True
-    if strategy.devices is not None:
-        for k, d in enumerate(strategy.devices):
-            ok &= _known(d, ("devices", k), "device", world, report)
-    if not ok:
-        return []
-    width = len(dict.fromkeys(devices))
-    if strategy.population_size > width:
-        waves = strategy.waves(width)
-        report.add(
-            ("population_size",),
-            f"{strategy.population_size} members on {width} devices: {waves} waves per generation",
-            "info",
-        )
-    return devices[: strategy.population_size]
-
-
-def _connected(devices: Sequence[str], network: Network, report: _Report) -> None:
-    """Every device a plan uses can reach every other (checked against the first, both ways)."""
-    import networkx as nx
-
-    used = list(dict.fromkeys(devices))
-    if len(used) < 2:
-        return
-    graph = network.graph
-    first = used[0]
-    reach = nx.descendants(graph, first)
-    back = nx.ancestors(graph, first)
-    for d in used[1:]:
-        if d not in reach:
-            report.add(
-                (),
-                f"the plan uses devices {first!r} and {d!r}, but there is no route from {first!r} to {d!r}",
-            )
-        elif d not in back:
-            report.add(
-                (),
-                f"the plan uses devices {first!r} and {d!r}, but there is no route from {d!r} to {first!r}",
-            )
-
-
-# -- scenarios -----------------------------------------------------------------------------------------
-
-
-def check_scenario(scenario: ScenarioSpec, source: Source | None = None) -> list[Issue]:
-    """Everything: the cluster, the model, and every plan against them and the training settings."""
-    report = _Report(source)
-    network = _cluster(scenario.cluster, report.at(("cluster",)))
-    model = _model(scenario.model, report.at(("model",)))
-    for i, plan in enumerate(scenario.plans):
-        sub = report.at(("plans", i, "strategy"))
-        _strategy_alone(plan.strategy, sub)
-        if network is not None:
-            _plan(plan.strategy, _World(network, model, scenario.training), sub)
-    return report.issues
-
-
-def check_spec(kind: str, spec: Any, source: Source | None = None) -> list[Issue]:
-    """The checks for one loaded file of ``kind``."""
-    if kind == "scenario":
-        return check_scenario(spec, source)
-    if kind == "cluster":
-        return check_cluster(spec, source)
-    if kind == "model":
-        return check_model(spec, source)
-    if kind == "partition":
-        return check_partitions(spec, source)
-    if kind == "strategy":
-        return check_strategy(spec, source)
-    raise ValueError(f"unknown kind {kind!r}")
-
-
-@dataclass(frozen=True)
-class FileReport:
-    """The outcome of validating one file: its kind (None if it could not be told) and its issues."""
-
-    path: str
-    kind: str | None
-    issues: tuple[Issue, ...]
-
-    @property
-    def errors(self) -> tuple[Issue, ...]:
-        """The issues that make the file invalid."""
-        return tuple(i for i in self.issues if i.severity == "error")
-
-    @property
-    def valid(self) -> bool:
-        """True when no issue is an error (warnings and notes allowed)."""
-        return not self.errors
-
-
-def validate_file(path: str | Path, kind: str | None = None) -> FileReport:
-    """Load a file (and everything it references) and run every check: what validate-config does.
-
-    Never raises for anything wrong with the file; every problem is an issue in the report.
-    """
-    try:
-        loaded = load_file(path, kind)
-    except ConfigError as exc:
-        if kind is None:
-            try:
-                kind = detect_kind(read_file(path)[0], str(path))
-            except ConfigError:
-                kind = None
-        return FileReport(str(path), kind, tuple(exc.issues))
-    issues = check_spec(loaded.kind, loaded.spec, loaded.source)
-    return FileReport(str(path), loaded.kind, tuple(issues))

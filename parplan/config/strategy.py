@@ -12,11 +12,14 @@ import math
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, GetJsonSchemaHandler, PlainValidator, ValidationInfo, field_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from parplan.collectives.specs import AlgorithmSpec, RingAlgorithm
 from parplan.config.units import Bytes
 from parplan.errors import PlanError
+from parplan.pipeline import registry as pipeline_registry
 from parplan.spec import Spec
 
 
@@ -54,12 +57,39 @@ class PartitionFileSpec(Spec):
     partitions: tuple[PartitionSpec, ...] = Field(min_length=1)
 
 
+def _one_of(names: Sequence[str]) -> str:
+    """``'a'``, ``'a' or 'b'``, ``'a', 'b' or 'c'``: the choices as pydantic lists a ``Literal``'s."""
+    quoted = [repr(n) for n in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
+
+
+def _schedule_name(value: Any) -> str:
+    """A registered pipeline schedule name, or the error a ``Literal`` of the names would give."""
+    names = pipeline_registry.schedule_names()
+    if isinstance(value, str) and value in names:
+        return value
+    raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": _one_of(names)})
+
+
+class _ScheduleNameJsonSchema:
+    """The JSON Schema of a schedule name: an enum of the names registered when it is generated."""
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"enum": list(pipeline_registry.schedule_names()), "type": "string"}
+
+
+ScheduleName = Annotated[str, PlainValidator(_schedule_name), _ScheduleNameJsonSchema()]
+"""A pipeline schedule's name, checked against :mod:`parplan.pipeline.registry` when validated."""
+
+
 class CommunicationSpec(Spec):
     """How a model-parallel plan moves activations: ``pipeline`` micro-batches, or ``none`` (one batch)."""
 
     protocol: Literal["pipeline", "none"] = "pipeline"
     microbatches: int = Field(default=1, ge=1)
-    schedule: Literal["gpipe", "1f1b"] = "gpipe"
+    schedule: ScheduleName = pipeline_registry.DEFAULT_SCHEDULE
 
 
 class ModelParallelStrategy(Spec):

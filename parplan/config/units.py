@@ -6,6 +6,11 @@ in files are taken as base units. Each quantity kind has a parser that raises :c
 the offending text quoted (pydantic turns it into a validation issue), and a formatter whose output
 parses back to exactly the same float, so specs round-trip through every file format.
 
+For people rather than files, :func:`human_bytes` writes a size with a binary prefix and three
+significant digits; it is the one byte formatter of parplan: tables (through
+:mod:`parplan.report.humanize`, which also scales times and bandwidths with :func:`human`), the
+bottleneck line and the memory messages of the planners all use it.
+
 >>> parse_bandwidth("100 Gbit/s")
 12500000000.0
 >>> parse_time("2 us")
@@ -14,15 +19,17 @@ parses back to exactly the same float, so specs round-trip through every file fo
 67108864.0
 >>> format_bandwidth(25e9)
 '25 GB/s'
+>>> human_bytes(2631438336), human_bytes(2**31, precision="short")
+('2.45 GiB', '2 GiB')
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal, localcontext
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 
@@ -196,3 +203,89 @@ FlopRate = _annotated(parse_flop_rate, format_flop_rate, "312 TFLOP/s")
 """A compute rate in FLOP per second; files may write "312 TFLOP/s"."""
 Count = _annotated(parse_count, format_count, "1.3B", written_as=int | float)
 """A (possibly large) count such as a parameter count; files may write "1.3B"."""
+
+
+# -- numbers for people ---------------------------------------------------------------------------
+BINARY_SIZE_STEPS: tuple[tuple[float, str], ...] = (
+    (2.0**50, "PiB"),
+    (2.0**40, "TiB"),
+    (2.0**30, "GiB"),
+    (2.0**20, "MiB"),
+    (2.0**10, "KiB"),
+    (1.0, "B"),
+)
+"""Binary size units, largest first (memory capacities are quoted in GiB)."""
+
+_SHORT_SIZE_STEPS = BINARY_SIZE_STEPS[1:-1]
+"""The units of ``precision="short"``: TiB down to KiB; below 1 KiB whole bytes."""
+
+
+def sig3(value: float) -> str:
+    """``value`` with 3 significant digits and no exponent (``4.48``, ``44.8``, ``448``, ``1000``).
+
+    >>> sig3(0.0123), sig3(99.96), sig3(0)
+    ('0.0123', '100', '0')
+    """
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(0, 2 - magnitude)
+    text = f"{value:.{decimals}f}"
+    # rounding may add a digit (99.96 -> "100.0"): drop the surplus decimal
+    if decimals and len(text.lstrip("-").replace(".", "").lstrip("0")) > 3:
+        text = f"{value:.{decimals - 1}f}"
+    return text
+
+
+def human(value: float, steps: Sequence[tuple[float, str]], sep: str = " ") -> str:
+    """``value`` in the largest of ``steps`` (``(factor, unit)``, largest first) it reaches, with
+    :func:`sig3` digits; a value that rounds to 1000 moves up a unit (``999.7 ms`` is written
+    ``1.00 s``, not ``1000 ms``). Infinity is ``∞``, NaN ``n/a``.
+
+    >>> human(7454760, BINARY_SIZE_STEPS), human(1023.7, BINARY_SIZE_STEPS)
+    ('7.11 MiB', '1.00 KiB')
+    """
+    if not math.isfinite(value):
+        return "∞" if value > 0 else "n/a"
+    if value == 0:
+        return f"0{sep}{_unit_of_one(steps)}".rstrip()
+    sign = "-" if value < 0 else ""
+    for i, (factor, unit) in enumerate(steps):
+        scaled = abs(value) / factor
+        if scaled >= 1 or i == len(steps) - 1:
+            text = sig3(scaled)
+            if float(text) >= 1000 and i > 0:  # 999.7 ms rounds to "1000": write 1.00 s instead
+                factor, unit = steps[i - 1]
+                text = sig3(abs(value) / factor)
+            return f"{sign}{text}{sep}{unit}".rstrip()
+    raise AssertionError("unreachable: the last step always matches")  # pragma: no cover
+
+
+def _unit_of_one(steps: Sequence[tuple[float, str]]) -> str:
+    return next((u for f, u in steps if f == 1.0), steps[-1][1])
+
+
+def human_bytes(
+    size_bytes: float, *, unit: str | None = None, precision: Literal["fixed", "short"] = "fixed"
+) -> str:
+    """A size for people, in binary units (``unit`` forces one, e.g. ``"GiB"``).
+
+    ``precision="fixed"`` (tables): three significant digits kept (``2.00 GiB``), never an
+    exponent, see :func:`human`. ``precision="short"`` (messages): Python's ``.3g`` (``2 GiB``,
+    ``1.5 TiB``), units from TiB down to KiB and whole bytes below 1 KiB.
+
+    >>> human_bytes(2**31), human_bytes(2**31, precision="short"), human_bytes(100, precision="short")
+    ('2.00 GiB', '2 GiB', '100 B')
+    >>> human_bytes(3 * 2**28, unit="GiB", precision="short")
+    '0.75 GiB'
+    """
+    factors = {u: f for f, u in BINARY_SIZE_STEPS}
+    if precision == "short":
+        if unit is None:
+            unit = next((u for f, u in _SHORT_SIZE_STEPS if size_bytes >= f), "B")
+        if unit == "B":
+            return f"{size_bytes:.0f} B"
+        return f"{size_bytes / factors[unit]:.3g} {unit}"
+    if unit is not None:
+        return f"{sig3(size_bytes / factors[unit])} {unit}"
+    return human(size_bytes, BINARY_SIZE_STEPS)

@@ -9,6 +9,7 @@ Expanders are registered by strategy ``kind`` in :mod:`parplan.plan.strategies`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,14 +21,21 @@ if TYPE_CHECKING:
     from parplan.topology.network import Network
 
 
+Simulator = Callable[["TaskGraph", "Network"], float]
+"""Seconds a task graph takes on a network. Plans whose units differ (federated rounds, PBT
+generations) time each unit with it; the engine is passed in by :mod:`parplan.api`, since plan sits
+below the engine and may not import it."""
+
+
 @dataclass(frozen=True)
 class PlanContext:
-    """The fixed inputs of a scenario that every plan is expanded against."""
+    """The fixed inputs of a scenario that every plan is expanded against (and the simulator)."""
 
     network: Network
     model: ModelGraph
     model_spec: ModelSpec
     training: TrainingSpec
+    simulator: Simulator | None = None
 
     @property
     def seed(self) -> int:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from parplan.collectives._build import merge_csr
 from parplan.collectives.schedule import Schedule
 from parplan.errors import PlanError
 from parplan.taskgraph import MARKER, TRANSFER, TaskGraph, TaskGraphBuilder
@@ -90,35 +91,15 @@ def lower_schedule(
     dep_off, dep_idx = schedule.dep_offsets, schedule.dep_indices
     counts = np.diff(dep_off)
 
-    rank_ready: tuple[int, ...] = ()
-    if rank_deps is not None:
-        ready_ids = []
-        for r in range(p):
-            ready_ids.append(builder.marker([*deps, *rank_deps[r]], label=f"{base_label}:rank{r} ready"))
-        rank_ready = tuple(ready_ids)
-        extra_counts, extra_flat = _ready_edges(schedule, np.asarray(rank_ready, dtype=np.int64))
-    else:
-        extra_counts = np.zeros(n, dtype=np.int64)
-        if deps:
-            roots = counts == 0
-            extra_counts[roots] = len(deps)
-            extra_flat = np.tile(np.asarray(list(deps), dtype=np.int64), int(roots.sum()))
-        else:
-            extra_flat = np.zeros(0, dtype=np.int64)
-
+    rank_ready, extra_counts, extra_flat = _outside_edges(builder, schedule, deps, rank_deps, base_label)
     first = builder.num_tasks
-    # Merge the outside deps (first in each list) with the schedule's internal ones, CSR-wise.
-    total_counts = counts + extra_counts
+    # The outside deps come first in each step's list, then the schedule's own (offset to task ids).
+    if len(extra_flat):
+        total_counts, flat = merge_csr(extra_counts, extra_flat, counts, dep_idx + first)
+    else:
+        total_counts, flat = counts, dep_idx + first
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(total_counts, out=offsets[1:])
-    if len(extra_flat):
-        flat = np.empty(int(offsets[-1]), dtype=np.int64)
-        extra_pos = np.repeat(offsets[:-1], extra_counts) + _ragged_arange(extra_counts)
-        inner_pos = np.repeat(offsets[:-1] + extra_counts, counts) + _ragged_arange(counts)
-        flat[extra_pos] = extra_flat
-        flat[inner_pos] = dep_idx + first
-    else:
-        flat = dep_idx + first
     columns: dict[str, np.ndarray] = {
         "kind": np.full(n, TRANSFER, dtype=np.int8),
         "device": dev_ids[src],
@@ -184,12 +165,30 @@ def category_name(schedule: Schedule) -> str:
     return schedule.collective.replace("_", "")
 
 
-def _ragged_arange(counts: IntArray) -> IntArray:
-    """``[0..c0-1, 0..c1-1, ...]`` for counts ``c``."""
-    total = int(counts.sum())
-    starts = np.cumsum(counts) - counts
-    out: IntArray = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-    return out
+def _outside_edges(
+    builder: TaskGraphBuilder,
+    schedule: Schedule,
+    deps: Sequence[int],
+    rank_deps: Sequence[Sequence[int]] | None,
+    base_label: str,
+) -> tuple[tuple[int, ...], IntArray, IntArray]:
+    """The per-rank ready markers (appended now, empty without ``rank_deps``) and, per step, the
+    outside dependencies it takes as CSR ``(counts, flat)``: ready markers as :func:`_ready_edges`
+    says, or without ``rank_deps`` the collective-wide ``deps`` on the steps with no dependency."""
+    n = schedule.num_steps
+    if rank_deps is not None:
+        rank_ready = tuple(
+            builder.marker([*deps, *rank_deps[r]], label=f"{base_label}:rank{r} ready")
+            for r in range(schedule.num_ranks)
+        )
+        counts, flat = _ready_edges(schedule, np.asarray(rank_ready, dtype=np.int64))
+        return rank_ready, counts, flat
+    counts = np.zeros(n, dtype=np.int64)
+    if not deps:
+        return (), counts, np.zeros(0, dtype=np.int64)
+    roots = np.diff(schedule.dep_offsets) == 0
+    counts[roots] = len(deps)
+    return (), counts, np.tile(np.asarray(list(deps), dtype=np.int64), int(roots.sum()))
 
 
 def _ready_edges(schedule: Schedule, ready: IntArray) -> tuple[IntArray, IntArray]:

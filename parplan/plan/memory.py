@@ -13,6 +13,9 @@ Per device (:class:`~parplan.plan.base.MemoryBreakdown`):
 - **buffers**: communication staging: one gradient bucket for data-parallel all-reduces, and the
   send and receive buffers of one micro-batch's cut activations for a pipeline stage.
 
+The pipeline schedule (:mod:`parplan.pipeline`) says how many micro-batches a stage holds; this
+module only asks it.
+
 Framework workspace, fragmentation and the CUDA context are not modelled; a plan that fits with
 little headroom may not fit in practice.
 
@@ -27,7 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from parplan.errors import InfeasiblePlanError, PlanError
+from parplan.config.units import human_bytes
+from parplan.errors import InfeasiblePlanError
+from parplan.pipeline import Stage
+from parplan.pipeline import get as get_schedule
 from parplan.plan.base import MemoryBreakdown
 
 if TYPE_CHECKING:
@@ -58,12 +64,10 @@ def saved_activation_bytes(model: ModelGraph, node_ids: Iterable[str], samples: 
 
 
 def inflight_microbatches(schedule: str, microbatches: int, num_stages: int, stage_index: int) -> int:
-    """Micro-batches whose activations a pipeline stage holds at once: GPipe all, 1F1B ``min(m, s - i)``."""
-    if schedule == "gpipe":
-        return microbatches
-    if schedule == "1f1b":
-        return max(1, min(microbatches, num_stages - stage_index))
-    raise PlanError(f"unknown pipeline schedule {schedule!r}; valid: gpipe, 1f1b")
+    """Micro-batches whose activations a pipeline stage holds at once, as the named schedule says
+    (GPipe all, 1F1B ``min(m, s - i)``); a :class:`~parplan.errors.PlanError` for an unknown name."""
+    stage = Stage(index=stage_index, num_stages=num_stages, microbatches=microbatches)
+    return get_schedule(schedule).inflight_microbatches(stage)
 
 
 def plan_memory(
@@ -136,7 +140,4 @@ def require_fits(memories: Sequence[MemoryBreakdown]) -> None:
 
 def _fmt(size_bytes: float) -> str:
     """Bytes for messages: binary units, 3 significant digits."""
-    for factor, unit in ((2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB")):
-        if size_bytes >= factor:
-            return f"{size_bytes / factor:.3g} {unit}"
-    return f"{size_bytes:.0f} B"
+    return human_bytes(size_bytes, precision="short")

@@ -4,11 +4,12 @@ A data-parallel step is the same every step, so one simulated step stands for al
 federated round is not: random and round-robin selection pick other clients (other devices, other
 links) each round, straggler jitter differs per round, and PBT copies different members' weights
 after each generation. Such plans build one task graph per unit, and this module times every one
-with the engine, sums them into the run's total and picks the unit whose graph the plan hands to the
-evaluator: the one with the upper-median time (ties to the earliest), so the reported unit time,
-its compute/communication split and its busiest link describe a typical unit, not an outlier.
-The representative graph carries ``meta["run_time_s"]``, the whole run's simulated time, which the
-evaluator reports as the run time instead of unit time x units.
+with the context's simulator (the engine, passed in by :func:`parplan.api.evaluate.build_context`:
+plan sits below the engine and does not import it), sums them into the run's total and picks the
+unit whose graph the plan hands to the evaluator: the one with the upper-median time (ties to the
+earliest), so the reported unit time, its compute/communication split and its busiest link describe
+a typical unit, not an outlier. The representative graph carries ``meta["run_time_s"]``, the whole
+run's simulated time, which the evaluator reports as the run time instead of unit time x units.
 Only the first :data:`MAX_SIMULATED_UNITS` units are simulated; a longer run's total is their mean
 times the number of units.
 """
@@ -18,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from parplan.errors import PlanError
+from parplan.plan.base import PlanContext
 from parplan.taskgraph import TaskGraph
-from parplan.topology.network import Network
 
 MAX_SIMULATED_UNITS = 50
 """Most rounds or generations simulated (and run numerically) for one plan."""
@@ -58,11 +60,12 @@ def representative_index(times_s: Sequence[float]) -> int:
     return min(i for i, t in enumerate(times_s) if t == target)
 
 
-def time_units(graphs: Sequence[TaskGraph], network: Network, total_units: int) -> UnitTimes:
-    """Simulate each unit's graph on ``network`` and choose the representative one."""
-    from parplan.engine.simulate import simulate
-
-    times = tuple(float(simulate(g, network).makespan_s) for g in graphs)
+def time_units(graphs: Sequence[TaskGraph], ctx: PlanContext, total_units: int) -> UnitTimes:
+    """Time each unit's graph with ``ctx.simulator`` on ``ctx.network``; choose the representative one."""
+    simulator = ctx.simulator
+    if simulator is None:
+        raise PlanError("timing rounds or generations needs a simulator: build the context with parplan.api")
+    times = tuple(float(simulator(g, ctx.network)) for g in graphs)
     return UnitTimes(times, representative_index(times), max(total_units, len(times)))
 
 

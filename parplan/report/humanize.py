@@ -2,7 +2,9 @@
 
 Tables use these; files (JSON, CSV) keep raw SI numbers. Times step us -> ms -> s -> min -> h,
 sizes are binary (KiB, MiB, GiB: what memory capacities are quoted in), bandwidths decimal
-bytes per second (GB/s, as nccl-tests reports algbw and busbw). Pure Python, cheap to import.
+bytes per second (GB/s, as nccl-tests reports algbw and busbw). The digits and the unit scaling
+are :func:`parplan.config.units.human` and :func:`~parplan.config.units.human_bytes`, shared with
+the messages of the lower layers; this module adds the time, bandwidth and rate units.
 
 >>> seconds(0.000368), seconds(0.4481), seconds(1126.8)
 ('368 us', '448 ms', '18.8 min')
@@ -14,6 +16,10 @@ from __future__ import annotations
 
 import math
 
+from parplan.config.units import human, human_bytes, sig3
+
+__all__ = ["bandwidth", "percent", "rate", "seconds", "sig3", "size", "speedup"]
+
 _TIME_STEPS: tuple[tuple[float, str], ...] = (
     (3600.0, "h"),
     (60.0, "min"),
@@ -21,14 +27,6 @@ _TIME_STEPS: tuple[tuple[float, str], ...] = (
     (1e-3, "ms"),
     (1e-6, "us"),
     (1e-9, "ns"),
-)
-_SIZE_STEPS: tuple[tuple[float, str], ...] = (
-    (2.0**50, "PiB"),
-    (2.0**40, "TiB"),
-    (2.0**30, "GiB"),
-    (2.0**20, "MiB"),
-    (2.0**10, "KiB"),
-    (1.0, "B"),
 )
 _BANDWIDTH_STEPS: tuple[tuple[float, str], ...] = (
     (1e12, "TB/s"),
@@ -40,64 +38,26 @@ _BANDWIDTH_STEPS: tuple[tuple[float, str], ...] = (
 _SI_STEPS: tuple[tuple[float, str], ...] = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
 
-def sig3(value: float) -> str:
-    """``value`` with 3 significant digits and no exponent (``4.48``, ``44.8``, ``448``, ``1000``).
-
-    >>> sig3(0.0123), sig3(99.96), sig3(0)
-    ('0.0123', '100', '0')
-    """
-    if value == 0 or not math.isfinite(value):
-        return "0" if value == 0 else str(value)
-    magnitude = math.floor(math.log10(abs(value)))
-    decimals = max(0, 2 - magnitude)
-    text = f"{value:.{decimals}f}"
-    # rounding may add a digit (99.96 -> "100.0"): drop the surplus decimal
-    if decimals and len(text.lstrip("-").replace(".", "").lstrip("0")) > 3:
-        text = f"{value:.{decimals - 1}f}"
-    return text
-
-
-def _scaled(value: float, steps: tuple[tuple[float, str], ...], sep: str = " ") -> str:
-    if not math.isfinite(value):
-        return "∞" if value > 0 else "n/a"
-    if value == 0:
-        return f"0{sep}{_unit_of_one(steps)}".rstrip()
-    sign = "-" if value < 0 else ""
-    for i, (factor, unit) in enumerate(steps):
-        scaled = abs(value) / factor
-        if scaled >= 1 or i == len(steps) - 1:
-            text = sig3(scaled)
-            if float(text) >= 1000 and i > 0:  # 999.7 ms rounds to "1000": write 1.00 s instead
-                factor, unit = steps[i - 1]
-                text = sig3(abs(value) / factor)
-            return f"{sign}{text}{sep}{unit}".rstrip()
-    raise AssertionError("unreachable: the last step always matches")  # pragma: no cover
-
-
-def _unit_of_one(steps: tuple[tuple[float, str], ...]) -> str:
-    return next((u for f, u in steps if f == 1.0), steps[-1][1])
-
-
 def seconds(value_s: float) -> str:
     """A duration: ``368 us``, ``448 ms``, ``15.1 s``, ``18.8 min``, ``2.50 h``."""
     if math.isfinite(value_s) and 60 <= abs(value_s) < 600:
         return f"{sig3(value_s)} s"  # "112 s" reads better than "1.88 min" below ten minutes
-    return _scaled(value_s, _TIME_STEPS)
+    return human(value_s, _TIME_STEPS)
 
 
 def size(value_bytes: float) -> str:
     """A size in binary units: ``21.8 MiB``, ``80.0 GiB``."""
-    return _scaled(value_bytes, _SIZE_STEPS)
+    return human_bytes(value_bytes)
 
 
 def bandwidth(value_Bps: float) -> str:
     """A bandwidth in decimal bytes per second: ``24.9 GB/s``."""
-    return _scaled(value_Bps, _BANDWIDTH_STEPS)
+    return human(value_Bps, _BANDWIDTH_STEPS)
 
 
 def rate(value: float) -> str:
     """A count per second with an SI prefix and no unit: ``1.62k``, ``3.31M``."""
-    return _scaled(value, _SI_STEPS, sep="")
+    return human(value, _SI_STEPS, sep="")
 
 
 def percent(fraction: float) -> str:

@@ -17,7 +17,7 @@ shipped with the package; :func:`load_schema` reads it)::
       "failed": [{"name", "plan", "overrides", "error"}]   # plans that could not be built at all
     }
 
-Each ``plan`` is :meth:`parplan.plan.evaluate.PlanResult.to_dict` (``name``, ``strategy``,
+Each ``plan`` is :meth:`parplan.api.results.PlanResult.to_dict` (``name``, ``strategy``,
 ``step_time_s``, ``compute_s``, ``exposed_comm_s``, ``throughput_samples_per_s``,
 ``peak_memory_bytes``, ``fits``, ``bottleneck``, memory per device, collectives, quality, ...)
 with ``plan`` (the scenario's plan name) and ``overrides`` added; compare-strategies also adds
@@ -42,8 +42,10 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from parplan.plan.compare import Ranked, Sweep, Variant
-    from parplan.plan.evaluate import PlanResult
+    from parplan.api.knobs import Sweep
+    from parplan.api.ranking import Ranked
+    from parplan.api.results import PlanResult
+    from parplan.api.variants import Variant
 
 REPORT_VERSION = 1
 """Version of the document layout (the ``version`` field); matches the shipped schema file."""

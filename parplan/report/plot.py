@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from parplan.errors import ParplanError
 
 if TYPE_CHECKING:
-    from parplan.plan.evaluate import PlanResult
+    from parplan.api.results import PlanResult
 
 MISSING_MESSAGE = (
     "plots need matplotlib, which is not installed; install the plot extra: pip install 'parplan[plot]'"
@@ -33,6 +33,29 @@ MISSING_MESSAGE = (
 
 MAX_LANES = 64
 """Most device lanes drawn in a timeline; further devices are left out (and the title says so)."""
+
+PLOT_FORMATS = ("png", "svg", "pdf")
+"""The picture formats parplan writes, chosen by the file's suffix."""
+
+PHASE_COLOURS: dict[str, str] = {
+    "forward": "#1f77b4",
+    "backward": "#ff7f0e",
+    "optimizer": "#2ca02c",
+    "allreduce": "#d62728",
+    "activation": "#9467bd",
+    "activation_grad": "#8c564b",
+    "push": "#e377c2",
+    "pull": "#7f7f7f",
+    "aggregate": "#bcbd22",
+    "download": "#17becf",
+    "upload": "#aec7e8",
+    "evaluate": "#ffbb78",
+    "exploit": "#98df8a",
+}
+"""One colour per phase (task category) in every plot, so backward is the same orange everywhere;
+categories not listed (a plugin's own) get a colour from their name, the same in every plot."""
+
+_EXTRA_COLOURS = ("#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5", "#ff9896", "#393b79", "#637939")
 
 _DPI = 120
 
@@ -57,6 +80,37 @@ def _figure(width_in: float, height_in: float) -> Any:
     return Figure(figsize=(width_in, height_in), dpi=_DPI, layout="constrained")
 
 
+def plot_format(path: str | Path) -> str:
+    """The picture format of ``path`` from its suffix (no suffix: PNG); raises a
+    :class:`ParplanError` naming the formats parplan writes for any other suffix, so a command can
+    check its ``--plot`` file before any work.
+
+    >>> plot_format("step.SVG"), plot_format("step")
+    ('svg', 'png')
+    """
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    if fmt not in PLOT_FORMATS:
+        names = ", ".join(f.upper() for f in PLOT_FORMATS)
+        raise ParplanError(
+            f"cannot write plot {path}: .{fmt} is not a picture format parplan writes ({names})"
+        )
+    return fmt
+
+
+def phase_colour(category: str) -> str:
+    """The colour of a phase (task category) in every plot: :data:`PHASE_COLOURS`, or for another
+    name one of a few spare colours picked by a stable hash of the name.
+
+    >>> phase_colour("backward"), phase_colour("backward") == phase_colour("backward")
+    ('#ff7f0e', True)
+    """
+    if category in PHASE_COLOURS:
+        return PHASE_COLOURS[category]
+    import zlib
+
+    return _EXTRA_COLOURS[zlib.crc32(category.encode()) % len(_EXTRA_COLOURS)]
+
+
 def _save(fig: Any, path: str | Path) -> None:
     """Render to a temporary file next to ``path`` and move it into place (same rule as reports)."""
     import io
@@ -65,13 +119,10 @@ def _save(fig: Any, path: str | Path) -> None:
 
     from parplan.report.output import write_atomic
 
+    fmt = plot_format(path)
     FigureCanvasAgg(fig)
-    fmt = Path(path).suffix.lstrip(".").lower() or "png"
     buf = io.BytesIO()
-    try:
-        fig.savefig(buf, format=fmt)
-    except ValueError as exc:  # unknown format
-        raise ParplanError(f"cannot write plot {path}: {exc}") from None
+    fig.savefig(buf, format=fmt)
     write_atomic(path, buf.getvalue())
 
 
@@ -101,7 +152,6 @@ def plot_timeline(result: PlanResult, path: str | Path) -> None:
     scale, unit = time_scale(max(result.step_time_s, 1e-12))
     fig = _figure(11.0, max(2.4, 0.32 * len(lanes) + 1.4))
     ax = fig.add_subplot()
-    cmap = _palette(len(g.categories))
     used: dict[str, Any] = {}
     for kind, lo, hi in ((COMPUTE, 0.45, 0.9), (TRANSFER, 0.1, 0.4)):
         mask = (g.kind == kind) & (g.device < len(lanes)) & (sim.end_s > sim.start_s)
@@ -109,7 +159,7 @@ def plot_timeline(result: PlanResult, path: str | Path) -> None:
             sel = mask & (g.category == cat)
             name = g.categories[cat]
             label = name if kind == COMPUTE else f"{name} (sent)"
-            colour = cmap[cat % len(cmap)]
+            colour = phase_colour(name)
             for lane in np.unique(g.device[sel]).tolist():
                 on = sel & (g.device == lane)
                 starts = sim.start_s[on] / scale
@@ -202,13 +252,8 @@ def plot_scaling(points: Sequence[ScalingPoint], path: str | Path, *, title: str
         lo, hi = min(ticks), max(ticks)
         ax.set_xlim(lo / 1.3 if lo > 0 else 0.5, hi * 1.3)
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FuncFormatter
 
-    from parplan.report.humanize import seconds
-
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: seconds(v)))
-    ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _pos: seconds(v)))
-    ax.tick_params(axis="y", which="both", labelsize=8)
+    _log_time_axis(ax, [p.step_time_s for p in points])
     ax.set_xlabel("replicas")
     ax.set_ylabel("step time")
     ax.grid(True, which="both", alpha=0.3)
@@ -220,6 +265,42 @@ def plot_scaling(points: Sequence[ScalingPoint], path: str | Path, *, title: str
     if title:
         ax.set_title(title, fontsize=10)
     _save(fig, path)
+
+
+def log_time_ticks(values_s: Sequence[float]) -> list[float]:
+    """Labelled ticks of a log time axis covering ``values_s``: 1-2-5 steps per decade (only the
+    powers of ten past four decades), from the last tick at or below the smallest value to the
+    first at or above the largest, so the largest value always has a labelled tick above it.
+
+    >>> log_time_ticks([0.00037, 1.8])[-3:], len(log_time_ticks([1e-6, 10.0]))
+    ([0.5, 1.0, 2.0], 8)
+    """
+    positive = [v for v in values_s if v > 0 and math.isfinite(v)]
+    if not positive:
+        return [1.0]
+    lo, hi = min(positive), max(positive)
+    decades = math.log10(hi) - math.log10(lo)
+    steps = (1.0,) if decades > 4 else (1.0, 2.0, 5.0)
+    first, last = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    ticks = [float(f"{m}e{k}") for k in range(first, last + 1) for m in steps]
+    below = max(t for t in ticks if t <= lo * (1 + 1e-9))
+    above = min(t for t in ticks if t >= hi * (1 - 1e-9))
+    return [t for t in ticks if below <= t <= above]
+
+
+def _log_time_axis(ax: Any, values_s: Sequence[float]) -> None:
+    """A log y axis of times with every labelled tick from :func:`log_time_ticks` (``2 s``,
+    ``500 ms``, ...) and unlabelled minor ticks, so labels never crowd or go missing."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    from parplan.report.humanize import seconds
+
+    ticks = log_time_ticks(values_s)
+    ax.set_ylim(ticks[0] / 1.15, ticks[-1] * 1.15)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: seconds(v)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.tick_params(axis="y", which="major", labelsize=8)
 
 
 def finite_points(points: Sequence[ScalingPoint]) -> list[ScalingPoint]:

@@ -19,12 +19,13 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from parplan.api.results import bound_of
 from parplan.report import humanize as hz
 
 if TYPE_CHECKING:
+    from parplan.api.ranking import Ranked
+    from parplan.api.results import PlanResult
     from parplan.plan.base import MemoryBreakdown
-    from parplan.plan.compare import Ranked
-    from parplan.plan.evaluate import PlanResult
 
 PARETO_MARK = "●"
 """Marks plans on the time/memory Pareto front in the comparison table."""
@@ -361,26 +362,26 @@ def group_failures(failed: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
 def short_bound(r: PlanResult) -> str:
     """A few words on what bounds a plan, for the comparison table (the full line is in simulate).
 
-    The same rule as the plan's ``bottleneck``: memory if it does not fit, else the largest of
-    compute, exposed communication and idle time on the critical device.
+    The rule is :func:`parplan.api.results.bound_of`, the one the plan's ``bottleneck`` line uses:
+    memory if it does not fit, else the largest of compute, exposed communication and idle time on
+    the critical device.
     """
-    if not r.fits:
-        worst = max((m for m in r.memory if not m.fits), key=lambda m: m.shortfall_bytes, default=None)
+    bound = bound_of(r)
+    if bound.kind == "memory":
+        worst = bound.worst
         if worst is None:
             return r.infeasible_reason or "does not fit"
-        more = sum(1 for m in r.memory if not m.fits) - 1
+        more = bound.short_devices - 1
         extra = f" (+{more})" if more > 0 else ""
         return f"memory: {worst.device} {hz.size(worst.total_bytes)} > {hz.size(worst.capacity_bytes)}{extra}"
-    parts = {"compute": r.compute_s, "comm": r.exposed_comm_s, "idle": r.idle_s}
-    kind = max(parts, key=lambda k: parts[k])
-    if kind == "compute":
+    if bound.kind == "compute":
         return f"compute on {r.critical_device}"
-    if kind == "comm":
-        if r.busiest_link:
-            return f"link {r.busiest_link} ({hz.percent(r.busiest_link_utilisation)} busy)"
+    if bound.kind == "link":
+        return f"link {r.busiest_link} ({hz.percent(r.busiest_link_utilisation)} busy)"
+    if bound.kind == "latency":
         return "communication latency"
-    if r.bubble_fraction is not None:
-        return f"pipeline bubble ({hz.percent(r.bubble_fraction)})"
+    if bound.kind == "bubble":
+        return f"pipeline bubble ({hz.percent(r.bubble_fraction or 0.0)})"
     return "waiting for other devices"
 
 

@@ -19,8 +19,8 @@ leave open are named here:
 - ``hierarchical``: devices ``n{i}.d{j}`` (group ``n{i}``), node switch ``n{i}.sw``, NICs
   ``n{i}.nic{r}``, fabric switch ``fabric``. Without a ``pcie`` link and with one NIC per device, a
   device reaches its NIC directly: the hop has the NIC's bandwidth and no latency of its own. Devices
-  sharing a NIC need a ``pcie`` link; traffic between them then takes the node switch unless two
-  PCIe hops have less latency than two ``intra`` hops (the routing rule, equal hop counts).
+  sharing a NIC need a ``pcie`` link; traffic between them takes the node switch whenever ``intra``
+  is the wider link, whatever the latencies (routes are widest first, see :mod:`.routing`).
 
 Nodes carry ``kind`` ("device" or "switch") and ``role`` ("host", "switch", "edge", "aggregation",
 "core", "node_switch", "nic", "fabric", or "device"/"switch" for explicit ones); devices carry the

@@ -1,12 +1,16 @@
-"""Deterministic shortest-path routing: fewest hops, then lowest latency, then a stable tie-break.
+"""Deterministic routing: the widest path, then fewest hops, then lowest latency, then a stable tie-break.
 
 The rule, for a route from ``s`` to ``t``:
 
-1. the path has the fewest hops (edges);
-2. among those, the lowest total latency, compared exactly at femtosecond resolution
+1. the path is as wide as any: its narrowest link (``bandwidth_Bps``) is as fast as the narrowest
+   link of the best path there is (the hardware's rule: traffic between two GPUs of one node stays
+   on NVLink / NVSwitch even when a PCIe hop to a shared NIC has a smaller latency figure; a link
+   without ``bandwidth_Bps`` counts as infinitely wide);
+2. among the paths of that width (every link at least that wide), the fewest hops (edges);
+3. among those, the lowest total latency, compared exactly at femtosecond resolution
    (``round(latency_s * 1e15)`` per edge, summed as integers, so the order of addition never
    changes a comparison);
-3. among those, the path is chosen hop by hop from ``s``: each node forwards to one of its
+4. among those, the path is chosen hop by hop from ``s``: each node forwards to one of its
    neighbours that still lies on such an optimal path to ``t``. With the default ``first``
    tie-break that is the neighbour added to the graph first (node insertion order), so the route is
    the lexicographically smallest optimal path by insertion index. This is destination-based
@@ -18,6 +22,8 @@ The rule, for a route from ``s`` to ``t``:
    that is D-mod-k routing, as InfiniBand subnet managers program them: still deterministic and
    ECMP-free, but the up-paths to consecutive destinations fan out over all aggregation and core
    switches.
+
+On a graph whose links all have one bandwidth, rule 1 changes nothing and costs nothing.
 
 How it stays fast at thousands of devices. The graph (as undirected) is cut into its biconnected
 blocks: every path between two nodes passes through the cut vertices between their blocks in order
@@ -32,11 +38,19 @@ tree (4,394 hosts) takes about 0.15 s on one core, the 25 destination tables it 
 Devices may be transit nodes (rings, tori, explicit graphs): the blocks and tables cover them like
 any node.
 
+Widths. A route's width is the narrowest of its legs' widths (legs between cut vertices are in
+series), and a leg's width is the widest bandwidth ``w`` at which its ends are joined by links of at
+least ``w``: found per block from the connected components of its links at each of its distinct
+bandwidths (computed once per block), confirmed by the directed table. Every leg is then routed
+(fewest hops, latency, tie-break) over the links at least as wide as the route, with tables cached
+per (block, width, destination).
+
 The graph must not change after the first route is asked for: everything is cached.
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Literal
@@ -64,9 +78,16 @@ def latency_fs(latency_s: float) -> int:
 
 
 class _Block:
-    """One biconnected block: its nodes in insertion order and its directed edges, block-local."""
+    """One biconnected block: its nodes in insertion order and its directed edges at least
+    ``min_bandwidth_Bps`` wide, block-local."""
 
-    def __init__(self, nodes: list[int], succ: list[dict[int, int]]) -> None:
+    def __init__(
+        self,
+        nodes: list[int],
+        succ: list[dict[int, int]],
+        width: list[dict[int, float]] | None = None,
+        min_bandwidth_Bps: float = 0.0,
+    ) -> None:
         self.nodes = np.array(sorted(nodes), dtype=np.int64)
         self.local = {g: i for i, g in enumerate(self.nodes.tolist())}
         src: list[int] = []
@@ -75,7 +96,7 @@ class _Block:
         for g, i in self.local.items():
             for h, w in succ[g].items():
                 j = self.local.get(h)
-                if j is not None:
+                if j is not None and (width is None or width[g][h] >= min_bandwidth_Bps):
                     src.append(i)
                     dst.append(j)
                     lat.append(w)
@@ -178,6 +199,48 @@ class _Block:
         return _csr(np.concatenate(cu), np.concatenate(cv), n), level
 
 
+class _Widths:
+    """A block's distinct link bandwidths (widest first) and, for each, which component of the
+    block's links at least that wide every node lies in (links taken both ways: a cheap first
+    guess at a leg's width, which the directed tables confirm)."""
+
+    def __init__(self, nodes: list[int], width: list[dict[int, float]]) -> None:
+        members = set(nodes)
+        edges = [(w, g, h) for g in nodes for h, w in width[g].items() if h in members]
+        self.levels: list[float] = sorted({w for w, _, _ in edges}, reverse=True)
+        self.component: list[dict[int, int]] = []
+        parent = {g: g for g in nodes}
+
+        def root(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        edges.sort(key=lambda e: -e[0])
+        i = 0
+        for level in self.levels:  # Kruskal-like: add the links of each level, widest first
+            while i < len(edges) and edges[i][0] >= level:
+                _, g, h = edges[i]
+                parent[root(g)] = root(h)
+                i += 1
+            self.component.append({g: root(g) for g in nodes})
+
+    def first_level(self, s: int, t: int) -> int:
+        """The index of the widest level at which ``s`` and ``t`` are joined (undirected)."""
+        for k, comp in enumerate(self.component):
+            if comp[s] == comp[t]:
+                return k
+        return len(self.levels)
+
+    def level_of(self, bandwidth_Bps: float) -> int:
+        """The index of the narrowest level still at least ``bandwidth_Bps`` wide."""
+        k = 0
+        while k + 1 < len(self.levels) and self.levels[k + 1] >= bandwidth_Bps:
+            k += 1
+        return k
+
+
 def _csr(cu: IntArray, cv: IntArray, n: int) -> Table:
     order = np.argsort(cu, kind="stable")
     ptr = np.zeros(n + 1, dtype=np.int64)
@@ -210,6 +273,7 @@ class RoutingTables:
         idx = self.index
         self._succ: list[dict[int, int]] = [{} for _ in range(n)]
         self._pred: list[dict[int, int]] = [{} for _ in range(n)]
+        self._width: list[dict[int, float]] = [{} for _ in range(n)]
         undirected = nx.Graph()
         undirected.add_nodes_from(range(n))
         for u, v, data in graph.edges(data=True):
@@ -221,10 +285,14 @@ class RoutingTables:
                 raise TopologyError(f"link {u}->{v} has a negative latency")
             self._succ[iu][iv] = w
             self._pred[iv][iu] = w
+            self._width[iu][iv] = float(data.get("bandwidth_Bps", math.inf))
             undirected.add_edge(iu, iv)
+        self._uniform = len({w for out in self._width for w in out.values()}) <= 1
+        """One bandwidth on every link: widths never decide, and the plain tables serve."""
         self._init_blocks(undirected, n)
-        self._blocks: dict[int, _Block] = {}
-        self._cache: OrderedDict[tuple[int, int], Table] = OrderedDict()
+        self._blocks: dict[tuple[int, int], _Block] = {}
+        self._widths: dict[int, _Widths] = {}
+        self._cache: OrderedDict[tuple[int, int, int], Table] = OrderedDict()
         self._cache_entries = 0
         self._cache_limit = cache_entries
         self.tables_built = 0
@@ -286,8 +354,10 @@ class RoutingTables:
             return [s]
         out = [s]
         key = [t]
-        for x, y, block in self._segments(s, t):
-            leg = self._segment(x, y, block, key)
+        legs = self._segments(s, t)
+        floor = 0.0 if self._uniform else min(self._leg_width(x, y, block) for x, y, block in legs)
+        for x, y, block in legs:
+            leg = self._segment(x, y, block, key, floor)
             if leg is None:
                 raise self._no_route(s, t)
             out.extend(leg[1:])
@@ -342,17 +412,33 @@ class RoutingTables:
         key[0] //= c
         return candidates[digit]
 
-    def _segment(self, s: int, t: int, block_id: int, key: list[int]) -> list[int] | None:
-        """The optimal path from ``s`` to ``t`` inside one block, or None if there is none."""
+    def _leg_width(self, s: int, t: int, block_id: int) -> float:
+        """The widest bandwidth at which a directed path joins ``s`` to ``t`` inside the block
+        (0 when none does: the route then fails as it would without widths)."""
+        if t in self._width[s] and self._width[s][t] >= max(self._width[s].values()):
+            return self._width[s][t]
+        widths = self._block_widths(block_id)
+        for k in range(widths.first_level(s, t), len(widths.levels)):
+            block = self._block(block_id, k)
+            ptr, _ = self._table(block_id, k, block, block.local[t])
+            u = block.local[s]
+            if ptr[u] != ptr[u + 1]:
+                return widths.levels[k]
+        return 0.0
+
+    def _segment(self, s: int, t: int, block_id: int, key: list[int], floor: float = 0.0) -> list[int] | None:
+        """The optimal path from ``s`` to ``t`` inside one block over links at least ``floor``
+        wide, or None if there is none."""
         succ = self._succ[s]
-        if t in succ:
+        width = self._width
+        if t in succ and width[s][t] >= floor:
             return [s, t]
         pred_t = self._pred[t]
         best: int | None = None
         mids: list[int] = []
         for m, w in succ.items():
             w2 = pred_t.get(m)
-            if w2 is None:
+            if w2 is None or width[s][m] < floor or width[m][t] < floor:
                 continue
             total = w + w2
             if best is None or total < best:
@@ -361,9 +447,10 @@ class RoutingTables:
                 mids.append(m)
         if mids:
             return [s, self._pick(sorted(mids), key), t]
-        block = self._block(block_id)
+        level = 0 if self._uniform else self._block_widths(block_id).level_of(floor)
+        block = self._block(block_id, level)
         lt = block.local[t]
-        ptr, cand = self._table(block_id, block, lt)
+        ptr, cand = self._table(block_id, level, block, lt)
         u = block.local[s]
         if ptr[u] == ptr[u + 1]:
             return None
@@ -374,15 +461,27 @@ class RoutingTables:
             out.append(int(nodes[u]))
         return out
 
-    def _block(self, block_id: int) -> _Block:
-        block = self._blocks.get(block_id)
+    def _block(self, block_id: int, level: int = 0) -> _Block:
+        """The block's links at least as wide as its ``level``-th bandwidth (every link when the
+        network is uniform)."""
+        block = self._blocks.get((block_id, level))
         if block is None:
-            block = _Block(self._block_nodes[block_id], self._succ)
-            self._blocks[block_id] = block
+            if self._uniform:
+                block = _Block(self._block_nodes[block_id], self._succ)
+            else:
+                floor = self._block_widths(block_id).levels[level]
+                block = _Block(self._block_nodes[block_id], self._succ, self._width, floor)
+            self._blocks[(block_id, level)] = block
         return block
 
-    def _table(self, block_id: int, block: _Block, t: int) -> Table:
-        key = (block_id, t)
+    def _block_widths(self, block_id: int) -> _Widths:
+        widths = self._widths.get(block_id)
+        if widths is None:
+            widths = self._widths[block_id] = _Widths(self._block_nodes[block_id], self._width)
+        return widths
+
+    def _table(self, block_id: int, level: int, block: _Block, t: int) -> Table:
+        key = (block_id, level, t)
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)

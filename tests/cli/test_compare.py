@@ -207,3 +207,28 @@ def test_no_progress_bar_when_not_a_terminal() -> None:
     result = runner.invoke(app, ["compare-strategies", QUICKSTART, "--sweep", "num_replicas=2,3,4"])
     assert result.exit_code == 0
     assert "evaluating plans" not in result.output and "\r" not in result.output
+
+
+def test_progress_bar_waits_shows_and_is_gone_before_the_ranking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a terminal: nothing for a single variant or before the delay; shown while variants
+    remain; stopped (transient, so erased) when the last one finishes."""
+    import io as _io
+
+    from rich.console import Console
+
+    from parplan.cli import compare
+
+    terminal = Console(file=_io.StringIO(), force_terminal=True)
+    monkeypatch.setattr(compare, "console", lambda stderr=False: terminal)
+    bar = compare._progress()
+    with bar as tick:
+        assert tick is not None
+        tick(1, 1)
+        assert bar.bar is None  # a single variant
+        tick(1, 3)
+        assert bar.bar is None  # before the delay
+        bar.started -= compare.PROGRESS_DELAY_S
+        tick(2, 3)
+        assert bar.bar is not None and bar.bar.live.is_started
+        tick(3, 3)
+        assert not bar.bar.live.is_started

@@ -231,12 +231,12 @@ def test_parplan_errors_are_red_messages_and_debug_shows_them(tmp_path: Path) ->
 
 
 def test_bugs_are_reported_as_internal_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    import parplan.config.checks
+    import parplan.api.validate_config
 
     def broken(path: object, kind: object = None) -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(parplan.config.checks, "validate_file", broken)
+    monkeypatch.setattr(parplan.api.validate_config, "validate_file", broken)
     result = runner.invoke(app, ["validate-config", "x.yaml"])
     assert result.exit_code == 3
     assert lines(result.stderr) == [

@@ -13,7 +13,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from parplan.config.checks import validate_file
+from parplan.api.validate_config import validate_file
 from parplan.config.loader import KINDS, load_any, spec_from_data
 from parplan.config.readers import read_file
 from parplan.config.saving import dump_data
@@ -136,7 +136,7 @@ def test_mutated_samples(sample: Path, seed: int, junk: Any) -> None:
     except ConfigError as exc:
         assert exc.issues
     else:
-        from parplan.config.checks import check_spec
+        from parplan.api.checks import check_spec
 
         for issue in check_spec(kind, loaded.spec, loaded.source):
             assert issue.message

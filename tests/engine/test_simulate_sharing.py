@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import parplan.engine.simulate as engine
+import parplan.engine.allocator as allocator
 from parplan.collectives.registry import build_schedule
 from parplan.config.cluster import ClusterSpec
 from parplan.engine.result import SimResult
@@ -140,8 +140,8 @@ def test_cache_limits_and_sparse_keys_do_not_change_results(monkeypatch: pytest.
     base = simulate(graph, net)
     assert base.num_events > 1000
     # Sparse keys, and a cache emptied at every miss (the allocation in force is kept).
-    monkeypatch.setattr(engine, "_DENSE_KEY_ROUTES", 0)
-    monkeypatch.setattr(engine, "_ALLOC_CACHE_BYTES", 0)
+    monkeypatch.setattr(allocator, "_DENSE_KEY_ROUTES", 0)
+    monkeypatch.setattr(allocator, "_ALLOC_CACHE_BYTES", 0)
     other = simulate(graph, net)
     np.testing.assert_array_equal(other.end_s, base.end_s)
     np.testing.assert_array_equal(other.start_s, base.start_s)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.api.evaluate import evaluate_plan
 from parplan.errors import InfeasiblePlanError, PlanError
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
-from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies.data_parallel import expand, gradient_buckets, round_robin_sizes, shard_sizes
 from parplan.taskgraph import COMPUTE, TRANSFER
 from tests.plan.strategy_helpers import (

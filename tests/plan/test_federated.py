@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.api.evaluate import evaluate_plan, makespan_s
 from parplan.config.cluster import ClusterSpec
 from parplan.config.model import ModelSpec
 from parplan.config.scenario import PlanSpec, TrainingSpec
@@ -17,7 +18,6 @@ from parplan.errors import PlanError, TopologyError
 from parplan.model.graph import build_model
 from parplan.plan.base import PlanContext, PlanWork
 from parplan.plan.compute import step_compute
-from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.repeated import MAX_SIMULATED_UNITS
 from parplan.plan.strategies import expand
 from parplan.plan.strategies.federated import aggregation_seconds
@@ -55,9 +55,8 @@ def edge_cluster(
 
 
 def ctx_for(cluster: ClusterSpec, batch: int = 400, **training: Any) -> PlanContext:
-    return PlanContext(
-        build_network(cluster), build_model(MODEL), MODEL, TrainingSpec(global_batch_size=batch, **training)
-    )
+    training_spec = TrainingSpec(global_batch_size=batch, **training)
+    return PlanContext(build_network(cluster), build_model(MODEL), MODEL, training_spec, simulator=makespan_s)
 
 
 def fed(**fields: Any) -> FederatedStrategy:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from parplan.api.evaluate import evaluate_plan
 from parplan.errors import TopologyError
 from parplan.plan.compute import step_compute
-from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies import expand
 from parplan.plan.strategies.local import expand as expand_local
 from parplan.taskgraph import COMPUTE

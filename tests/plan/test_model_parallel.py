@@ -9,12 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.api.evaluate import evaluate_plan
 from parplan.config.model import ModelSpec
 from parplan.engine.simulate import simulate
 from parplan.errors import InfeasiblePlanError, PlanError, TopologyError
+from parplan.pipeline import Stage
+from parplan.pipeline import get as get_schedule
+from parplan.pipeline.one_f_one_b import warmup_microbatches
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
-from parplan.plan.evaluate import evaluate_plan
-from parplan.plan.strategies.model_parallel import analyse_partitions, expand, worker_sequence
+from parplan.plan.strategies.model_parallel import analyse_partitions, expand
 from parplan.taskgraph import COMPUTE, TRANSFER, TaskGraph
 from tests.plan.strategy_helpers import (
     chain_model,
@@ -64,6 +67,8 @@ def test_1f1b_stream_order_and_memory() -> None:
     sim = simulate(ob.graph, ctx.network)
     g = ob.graph
     for dev, warm in (("h0", 4), ("h2", 2), ("h3", 1)):
+        stage = Stage(index=int(dev[1:]), num_stages=4, microbatches=8)
+        assert warmup_microbatches(stage) == warm
         d = g.devices.index(dev)
         tasks = [
             t
@@ -78,7 +83,7 @@ def test_1f1b_stream_order_and_memory() -> None:
             )
             for t in tasks
         ]
-        assert seq == worker_sequence("1f1b", 8, warm)
+        assert seq == list(get_schedule("1f1b").worker_order(stage))
     sim_g = simulate(gp.graph, ctx.network)
     d0 = gp.graph.devices.index("h3")
     last_fwd = max(sim_g.end_s[t] for t in _cat(gp.graph, "forward") if gp.graph.device[t] == d0)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from parplan.api.evaluate import evaluate_plan, makespan_s
 from parplan.config.cluster import ClusterSpec
 from parplan.config.model import ModelSpec
 from parplan.config.scenario import PlanSpec, TrainingSpec
@@ -15,7 +16,6 @@ from parplan.errors import PlanError, TopologyError
 from parplan.model.graph import build_model
 from parplan.plan.base import PlanContext
 from parplan.plan.compute import forward_seconds, step_compute
-from parplan.plan.evaluate import evaluate_plan
 from parplan.plan.strategies import expand
 from parplan.plan.strategies.population_based import copy_bytes
 from parplan.taskgraph import COMPUTE, TRANSFER
@@ -47,9 +47,8 @@ def switch(hosts: int, bandwidth: str = "100 GB/s") -> ClusterSpec:
 
 
 def ctx_for(cluster: ClusterSpec, batch: int = 32, **training: Any) -> PlanContext:
-    return PlanContext(
-        build_network(cluster), build_model(MODEL), MODEL, TrainingSpec(global_batch_size=batch, **training)
-    )
+    training_spec = TrainingSpec(global_batch_size=batch, **training)
+    return PlanContext(build_network(cluster), build_model(MODEL), MODEL, training_spec, simulator=makespan_s)
 
 
 def pbt(**fields: Any) -> PopulationBasedStrategy:

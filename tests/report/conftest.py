@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from parplan.api.evaluate import evaluate_scenario
+from parplan.api.results import PlanResult
 from parplan.config.loader import load_scenario
 from parplan.config.scenario import ScenarioSpec
-from parplan.plan.evaluate import PlanResult, evaluate_scenario
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "sample_configs" / "scenarios"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from parplan.plan.evaluate import PlanResult
+from parplan.api.results import PlanResult
 from parplan.report.csv_report import COMPARE_COLUMNS, SIMULATE_COLUMNS, cell, document_csv
 from parplan.report.json_report import scenario_info, simulate_document
 

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.config.units import human_bytes
 from parplan.report import humanize as hz
 
 TIME_FACTORS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0}
@@ -93,3 +94,26 @@ def test_sig3_has_three_significant_digits(value: float) -> None:
     else:  # large values (only "h" ever gets there) are whole numbers
         assert "." not in text
     assert float(text) == pytest.approx(value, rel=5e-3)
+
+
+# -- the one byte formatter: each caller's digits are what they were before it was shared ----------
+def _message_bytes_before(size_bytes: float) -> str:
+    """The planners' memory messages' own formatter before it was shared (kept as the oracle)."""
+    for factor, unit in ((2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB")):
+        if size_bytes >= factor:
+            return f"{size_bytes / factor:.3g} {unit}"
+    return f"{size_bytes:.0f} B"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.floats(min_value=0.0, max_value=2.0**55), st.integers(0, 2**50).map(float)))
+def test_short_bytes_are_the_memory_messages_digits(value: float) -> None:
+    """Sharing the formatter changed no output (a change of digits on purpose updates the oracle)."""
+    assert human_bytes(value, precision="short") == _message_bytes_before(value)
+    assert human_bytes(value, unit="GiB", precision="short") == f"{value / 2**30:.3g} GiB"
+
+
+def test_sizes_in_tables_and_messages() -> None:
+    assert hz.size(2**31) == human_bytes(2**31) == "2.00 GiB"
+    assert human_bytes(2**31, precision="short") == "2 GiB"
+    assert human_bytes(3 * 2**29, unit="GiB") == "1.50 GiB"

@@ -11,9 +11,12 @@ from typing import Any
 import jsonschema
 import pytest
 
+from parplan.api.evaluate import build_context, evaluate_plan
+from parplan.api.knobs import Sweep, parse_sweep
+from parplan.api.ranking import rank_results
+from parplan.api.results import PlanResult
+from parplan.api.variants import dedupe_variants, expand_variants
 from parplan.config.scenario import ScenarioSpec
-from parplan.plan.compare import Sweep, dedupe_variants, expand_variants, parse_sweep, rank_results
-from parplan.plan.evaluate import PlanResult, build_context, evaluate_plan
 from parplan.report.json_report import (
     REPORT_VERSION,
     SCHEMA_RESOURCE,
@@ -131,7 +134,7 @@ def test_compare_document_validates_and_requires_ranking_fields(quickstart: Scen
 
 
 def test_dumps_is_deterministic(quickstart: ScenarioSpec) -> None:
-    from parplan.plan.evaluate import evaluate_scenario
+    from parplan.api.evaluate import evaluate_scenario
 
     a = dumps(simulate_document(scenario_info("q", None, "f"), evaluate_scenario(quickstart)))
     b = dumps(simulate_document(scenario_info("q", None, "f"), evaluate_scenario(quickstart)))

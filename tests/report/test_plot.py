@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from pathlib import Path
 
 import pytest
 
+from parplan.api.results import PlanResult
 from parplan.errors import ParplanError
-from parplan.plan.evaluate import PlanResult
 from parplan.report import plot
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -35,8 +36,46 @@ def test_timeline_svg_by_suffix(tmp_path: Path, quickstart_results: list[PlanRes
 
 @needs_matplotlib
 def test_unknown_picture_format_is_an_error(tmp_path: Path, quickstart_results: list[PlanResult]) -> None:
-    with pytest.raises(ParplanError, match="cannot write plot"):
+    with pytest.raises(ParplanError, match="cannot write plot") as err:
         plot.plot_timeline(quickstart_results[0], tmp_path / "t.xyz")
+    assert str(err.value).endswith("(PNG, SVG, PDF)")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("name", ["x.bmp", "x.jpg", "x.eps", "x.xyz"])
+def test_plot_format_is_checked_before_any_drawing(name: str) -> None:
+    with pytest.raises(ParplanError, match=r"not a picture format parplan writes \(PNG, SVG, PDF\)"):
+        plot.plot_format(name)
+    assert plot.plot_format("x.PDF") == "pdf"
+
+
+def test_each_phase_has_one_colour_in_every_plot() -> None:
+    colours = {name: plot.phase_colour(name) for name in plot.PHASE_COLOURS}
+    assert len(set(colours.values())) == len(colours)
+    assert plot.phase_colour("backward") == "#ff7f0e"
+    assert plot.phase_colour("my_plugin_phase") == plot.phase_colour("my_plugin_phase")
+
+
+@needs_matplotlib
+def test_backward_is_the_same_colour_whatever_the_plan(
+    tmp_path: Path, quickstart_results: list[PlanResult], pipeline_results: list[PlanResult]
+) -> None:
+    # The plans number their task categories differently; the colour must follow the name.
+    for i, result in enumerate([quickstart_results[1], *pipeline_results[:2]]):
+        target = tmp_path / f"t{i}.svg"
+        plot.plot_timeline(result, target)
+        assert "#ff7f0e" in target.read_text()
+
+
+@pytest.mark.parametrize(
+    ("values", "top"),
+    [([0.00037, 1.8], 2.0), ([0.3, 0.45, 1.5], 2.0), ([2.5, 30.0], 50.0), ([1e-5, 2e-3], 2e-3)],
+)
+def test_log_time_axis_labels_a_tick_above_every_value(values: list[float], top: float) -> None:
+    ticks = plot.log_time_ticks(values)
+    assert ticks[-1] == pytest.approx(top)
+    assert ticks[0] <= min(values)
+    assert all(b > a for a, b in itertools.pairwise(ticks))
 
 
 @needs_matplotlib

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console, RenderableType
 
+from parplan.api.ranking import Ranked
+from parplan.api.results import PlanResult
 from parplan.plan.base import MemoryBreakdown
-from parplan.plan.compare import Ranked
-from parplan.plan.evaluate import PlanResult
 from parplan.report import tables
 
 
@@ -124,3 +124,47 @@ def test_short_bound(quickstart_results: list[PlanResult], pipeline_results: lis
     assert tables.short_bound(by_name["local"]) == "compute on h0"
     assert tables.short_bound(by_name["dp-ring"]).startswith("link ")
     assert tables.short_bound(by_name["gpipe"]) == "memory: n0.d3 96.4 GiB > 80.0 GiB (+3)"
+
+
+SAME_BOUND = {  # words of the bottleneck line -> words of the table's short form, for one bound
+    "memory on": "memory:",
+    "compute on": "compute on",
+    "communication: link": "link ",
+    "communication latency": "communication latency",
+    "the pipeline bubble": "pipeline bubble",
+    "waiting for other devices": "waiting for other devices",
+}
+
+
+def test_the_bottleneck_line_and_the_short_form_name_the_same_bound(
+    quickstart_results: list[PlanResult], pipeline_results: list[PlanResult]
+) -> None:
+    """One rule (api.results.bound_of) behind both texts, whatever part dominates the step."""
+    from dataclasses import replace
+
+    from parplan.api.results import bottleneck_text
+
+    fits = next(r for r in quickstart_results if r.name == "dp-ring")
+    variants = [next(r for r in pipeline_results if not r.fits)]
+    for compute, comm, idle in [(3.0, 1.0, 1.0), (1.0, 3.0, 1.0), (1.0, 1.0, 3.0)]:
+        for link in (fits.busiest_link, None):
+            for bubble in (0.4, None):
+                variants.append(
+                    replace(
+                        fits,
+                        step_time_s=compute + comm + idle,
+                        compute_s=compute,
+                        exposed_comm_s=comm,
+                        idle_s=idle,
+                        busiest_link=link,
+                        bubble_fraction=bubble,
+                    )
+                )
+    kinds = set()
+    for r in variants:
+        line, short = bottleneck_text(r), tables.short_bound(r)
+        matches = [k for k in SAME_BOUND if line.startswith(k)]
+        assert len(matches) == 1, line
+        assert short.startswith(SAME_BOUND[matches[0]]), (line, short)
+        kinds.add(matches[0])
+    assert kinds == set(SAME_BOUND)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from typing import get_args
 
@@ -20,12 +21,28 @@ from parplan.topology.routing import RoutingTables, TieBreak, latency_fs
 from tests.topology.helpers import DEVICE, LINK, cluster, network
 
 
+def widest(g: nx.DiGraph, s: object, t: object) -> float:
+    """The largest w such that links at least w wide join s to t (a link without a bandwidth is
+    infinitely wide), by trying every bandwidth of the graph."""
+    widths = sorted({d.get("bandwidth_Bps", math.inf) for _, _, d in g.edges(data=True)}, reverse=True)
+    for w in widths:
+        sub = nx.subgraph_view(
+            g, filter_edge=lambda u, v, w=w: g.edges[u, v].get("bandwidth_Bps", math.inf) >= w
+        )
+        if nx.has_path(sub, s, t):
+            return w
+    raise AssertionError("no path")
+
+
 def reference_path(g: nx.DiGraph, s: object, t: object, tie_break: TieBreak = "first") -> list[object]:
-    """Brute force over every fewest-hop path: lowest integer latency, then the tie-break rule."""
+    """Brute force over every fewest-hop path over the links as wide as the widest path: lowest
+    integer latency, then the tie-break rule."""
     index = {n: i for i, n in enumerate(g.nodes)}
     if s == t:
         return [s]
-    paths = list(nx.all_shortest_paths(g, s, t))
+    w = widest(g, s, t)
+    wide = nx.subgraph_view(g, filter_edge=lambda u, v: g.edges[u, v].get("bandwidth_Bps", math.inf) >= w)
+    paths = list(nx.all_shortest_paths(wide, s, t))
 
     def lat(p: list[object]) -> int:
         return sum(latency_fs(g.edges[u, v]["latency_s"]) for u, v in itertools.pairwise(p))
@@ -47,6 +64,11 @@ def reference_path(g: nx.DiGraph, s: object, t: object, tie_break: TieBreak = "f
 def digraphs(draw: st.DrawFn) -> nx.DiGraph:
     """Small random graphs: mostly two-way links, some one-way, latencies from a tiny set (many ties)."""
     n = draw(st.integers(2, 11))
+    # Half the graphs have one bandwidth (or none) everywhere, half mix a few (widths decide).
+    uniform = draw(st.booleans())
+    widths = (
+        st.just({}) if uniform else st.sampled_from([{}, {"bandwidth_Bps": 10.0}, {"bandwidth_Bps": 30.0}])
+    )
     order = draw(st.permutations(list(range(n))))
     g = nx.DiGraph()
     g.add_nodes_from(f"v{i}" for i in order)  # insertion order differs from the names
@@ -55,9 +77,10 @@ def digraphs(draw: st.DrawFn) -> nx.DiGraph:
         if a == b:
             continue
         lat = draw(st.sampled_from([0.0, 1e-6, 2e-6, 3e-6]))
-        g.add_edge(f"v{a}", f"v{b}", latency_s=lat)
+        bw = draw(widths)
+        g.add_edge(f"v{a}", f"v{b}", latency_s=lat, **bw)
         if draw(st.integers(0, 4)):
-            g.add_edge(f"v{b}", f"v{a}", latency_s=draw(st.sampled_from([0.0, 1e-6, 2e-6])))
+            g.add_edge(f"v{b}", f"v{a}", latency_s=draw(st.sampled_from([0.0, 1e-6, 2e-6])), **draw(widths))
     return g
 
 
@@ -113,6 +136,30 @@ def line(latencies: dict[tuple[str, str], float], nodes: list[str]) -> nx.DiGrap
         g.add_edge(a, b, latency_s=lat)
         g.add_edge(b, a, latency_s=lat)
     return g
+
+
+def test_widest_path_beats_fewer_hops_and_lower_latency() -> None:
+    # Two GPUs of one node: NVSwitch at 300 GB/s and 2 us, or a shared NIC over PCIe at 16 GB/s
+    # and 1 us: the same hop count and a smaller latency by PCIe, but traffic stays on NVLink.
+    g = nx.DiGraph()
+    g.add_nodes_from(["d0", "d1", "nic", "sw"])
+    for a, b, bw, lat in [("d0", "nic", 16e9, 1e-6), ("d1", "nic", 16e9, 1e-6), ("d0", "sw", 300e9, 2e-6),
+                          ("d1", "sw", 300e9, 2e-6), ("d0", "d1", 8e9, 0.0)]:  # fmt: skip
+        g.add_edge(a, b, bandwidth_Bps=bw, latency_s=lat)
+        g.add_edge(b, a, bandwidth_Bps=bw, latency_s=lat)
+    assert RoutingTables(g).path("d0", "d1") == ["d0", "sw", "d1"]
+
+
+def test_hierarchical_node_traffic_stays_on_nvlink_with_a_faster_pcie_latency() -> None:
+    gen = {
+        "kind": "hierarchical", "nodes": 2, "devices_per_node": 4, "device": DEVICE, "nics_per_node": 1,
+        "intra": {"bandwidth": "300 GB/s", "latency": "2 us"},
+        "nic": {"bandwidth": "25 GB/s", "latency": "2 us"},
+        "pcie": {"bandwidth": "32 GB/s", "latency": "1 us"},
+    }  # fmt: skip
+    net = network(generator=gen)
+    assert net.path("n0.d0", "n0.d3") == ["n0.d0", "n0.sw", "n0.d3"]
+    assert net.path("n0.d1", "n1.d2") == ["n0.d1", "n0.nic0", "fabric", "n1.nic0", "n1.d2"]
 
 
 def test_fewest_hops_beats_lower_latency() -> None:

@@ -202,7 +202,7 @@ def expand(ctx: PlanContext, strategy: FederatedStrategy) -> PlanWork:
     trips = estimated_round_trip_s(ctx, strategy, where)
     schedule = fedsim.selection_schedule(strategy.client_selection, n, simulated, round_trip_s=trips)
     graphs = [round_graph(ctx, strategy, where, sel, r) for r, sel in enumerate(schedule)]
-    times = time_units(graphs, ctx.network, strategy.rounds)
+    times = time_units(graphs, ctx, strategy.rounds)
     rep = times.representative
     problem = fedsim.make_problem(where.samples, seed=(ctx.seed, strategy.seed))
     run = fedsim.run_fedavg(

@@ -152,7 +152,7 @@ def expand(ctx: PlanContext, strategy: PopulationBasedStrategy) -> PlanWork:
     graphs = [
         generation_graph(ctx, strategy, devices, run.copies_per_generation[g], g) for g in range(simulated)
     ]
-    times = time_units(graphs, ctx.network, strategy.generations)
+    times = time_units(graphs, ctx, strategy.generations)
     rep = times.representative
     distinct = tuple(dict.fromkeys(devices))
     waves = strategy.waves(len(distinct))

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
+from parplan.api.describe import describe_strategy
+from parplan.api.evaluate import build_context, evaluate_plan, evaluate_scenario
+from parplan.api.knobs import apply_overrides
 from parplan.config.strategy import DataParallelStrategy, ModelParallelStrategy
 from parplan.errors import ConfigError, PlanError
-from parplan.plan.evaluate import (
-    apply_overrides,
-    build_context,
-    describe_strategy,
-    evaluate_plan,
-    evaluate_scenario,
-)
 from tests.plan.strategy_helpers import (
     chain_model,
     context,
@@ -142,3 +139,27 @@ def test_describe_and_context() -> None:
     assert describe_strategy(sc.plans[0].strategy) == "local on h1"
     mp = strategy(pipeline(["h0", "h1"], 1, 8, "1f1b"))
     assert describe_strategy(mp) == "model_parallel 2 stages, 8 mb 1f1b"
+
+
+def test_plans_timed_unit_by_unit_use_the_contexts_simulator() -> None:
+    """Plan may not import the engine: federated rounds are timed with the context's simulator,
+    which build_context sets and evaluate_plan fills in for a context built by hand."""
+    from parplan.api.evaluate import makespan_s
+    from parplan.plan.strategies import expand
+
+    ctx = context(switch_cluster(3), chain_model(), batch=8)
+    fed = strategy({"kind": "federated", "num_clients": 2, "rounds": 2})
+    with pytest.raises(PlanError, match="needs a simulator"):
+        expand(ctx, fed)
+    calls: list[int] = []
+
+    def counting(graph: object, network: object) -> float:
+        calls.append(1)
+        return makespan_s(graph, network)  # type: ignore[arg-type]
+
+    work = expand(replace(ctx, simulator=counting), fed)
+    assert len(calls) == 2 and work.unit == "round"
+    result = evaluate_plan(ctx, plan({"kind": "federated", "num_clients": 2, "rounds": 2}))
+    assert result.run_time_s == pytest.approx(sum(work.quality["round_times_s"]))
+    built = build_context(scenario(switch_cluster(2), chain_model(), [{"kind": "local"}]))
+    assert built.simulator is makespan_s

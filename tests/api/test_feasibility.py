@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from parplan.api.validate_config import memory_issues
 from parplan.cli.app import app
-from parplan.plan.feasibility import memory_issues
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_configs" / "scenarios"
 

@@ -8,26 +8,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan.config.loader import load_scenario
-from parplan.config.scenario import ScenarioSpec
-from parplan.errors import PlanError
-from parplan.plan import compare
-from parplan.plan.compare import (
-    Sweep,
+from parplan.api.knobs import KNOBS, Sweep, parse_setting, parse_sweep, parse_value
+from parplan.api.parallel import evaluate_variants
+from parplan.api.ranking import pareto_front, rank_results
+from parplan.api.results import PlanResult
+from parplan.api.variants import (
     Variant,
     as_configured,
     dedupe_variants,
-    evaluate_variants,
     expand_variants,
     merge_sweeps,
-    pareto_front,
-    parse_setting,
-    parse_sweep,
-    parse_value,
-    rank_results,
     scaling_key,
 )
-from parplan.plan.evaluate import OVERRIDE_KNOBS, PlanResult
+from parplan.config.loader import load_scenario
+from parplan.config.scenario import ScenarioSpec
+from parplan.errors import PlanError
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "sample_configs" / "scenarios"
 
@@ -37,8 +32,29 @@ def quickstart() -> ScenarioSpec:
     return load_scenario(SCENARIOS / "quickstart.yaml")
 
 
-def test_every_override_knob_can_be_swept() -> None:
-    assert compare.KNOBS == OVERRIDE_KNOBS
+SAMPLE_VALUES = {
+    "algorithm": "tree:4",
+    "num_replicas": "2",
+    "bucket_size": "1MiB",
+    "overlap": "off",
+    "batch_split": "by_speed",
+    "reduce": "sum",
+    "microbatches": "2",
+    "schedule": "1f1b",
+    "num_clients": "3",
+    "rounds": "2",
+    "local_steps": "2",
+    "population_size": "2",
+    "generations": "2",
+}
+
+
+def test_every_override_knob_can_be_swept_and_set() -> None:
+    """One knob table: each knob the evaluator overrides is one a sweep and --set accept."""
+    assert set(SAMPLE_VALUES) == set(KNOBS)
+    for knob, text in SAMPLE_VALUES.items():
+        (value,) = parse_sweep(f"{knob}={text}").values
+        assert parse_setting(f"{knob}={text}") == (knob, value)
 
 
 def test_parse_sweep_values() -> None:

@@ -1,0 +1,90 @@
+"""What ``parplan compare-strategies`` does, as one call: :func:`compare_scenario`.
+
+Plans are crossed with the sweeps of the scenario file and of the caller (the caller's replace a
+scenario sweep of the same knob; :mod:`parplan.api.variants`), identical variants are evaluated
+once, every variant is evaluated (optionally in worker processes, :mod:`parplan.api.parallel`) and
+ranked with speed-ups against the baseline (:mod:`parplan.api.ranking`): the caller's, else the
+scenario's ``baseline``, else the first local plan. The result is a :class:`Comparison`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from parplan.api.evaluate import select_plans
+from parplan.api.knobs import Sweep, applies, parse_sweep
+from parplan.api.parallel import evaluate_variants
+from parplan.api.ranking import Ranked, rank, resolve_baseline
+from parplan.api.variants import Variant, dedupe_variants, expand_variants, merge_sweeps, scaling_key
+from parplan.api.variants import sweeps_from_scenario as scenario_sweeps
+
+if TYPE_CHECKING:
+    from parplan.config.scenario import ScenarioSpec
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Every variant of a scenario, ranked (what :func:`compare_scenario` returns).
+
+    ``ranked`` is empty when no variant could be evaluated (``failed`` says why for each);
+    ``duplicates`` maps each variant not evaluated to the identical one that was; ``baseline`` is
+    the variant the speed-ups are against (None: no speed-ups).
+    """
+
+    scenario: ScenarioSpec
+    scenario_file: str
+    sweeps: list[Sweep]
+    variants: list[Variant]
+    duplicates: dict[str, str]
+    ranked: list[Ranked]
+    failed: list[tuple[str, str]]
+    baseline: str | None
+
+    def scaling_points(self) -> list[tuple[str, int | None, float, bool]]:
+        """Each ranked variant on a step-time-against-replicas plot: ``(series, replicas,
+        step_time_s, fits)``, one series per all-reduce algorithm (replicas None: a reference line,
+        see :func:`~parplan.api.variants.scaling_key`)."""
+        by_name = {v.name: v for v in self.variants}
+        points = []
+        for r in self.ranked:
+            series, replicas = scaling_key(by_name[r.variant_name])
+            points.append((series, replicas, r.result.step_time_s, r.result.fits))
+        return points
+
+
+def compare_scenario(
+    scenario_file: str | Path,
+    *,
+    sweeps: Sequence[str] = (),
+    plans: Sequence[str] = (),
+    baseline: str | None = None,
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Comparison:
+    """Rank every plan (or those named in ``plans``) and sweep variant of a scenario.
+
+    ``sweeps`` are ``knob=v1,v2`` texts, checked before the scenario is read; ``jobs`` worker
+    processes evaluate the variants (0: one per CPU) and ``progress(done, total)`` hears as each
+    finishes; sweeps that change no plan and a baseline that could not be evaluated are reported to
+    ``warn``. Raises :class:`~parplan.errors.ParplanError` for a bad file, sweep, plan or baseline.
+    """
+    from parplan.config.loader import load_scenario
+
+    requested = [parse_sweep(s) for s in sweeps]
+    spec = load_scenario(scenario_file)
+    chosen = select_plans(spec, list(plans))
+    merged = merge_sweeps(scenario_sweeps(spec), requested)
+    for s in merged:
+        if warn is not None and not any(applies(s.knob, p) for p in chosen):
+            warn(f"sweep {s.knob} changes none of the plans compared")
+    variants, duplicates = dedupe_variants(expand_variants(chosen, merged))
+    base_request = resolve_baseline(baseline if baseline is not None else spec.baseline, variants, duplicates)
+    workers = jobs if jobs > 0 else (os.cpu_count() or 1)
+    results = evaluate_variants(spec, variants, jobs=workers, progress=progress)
+    ranked, failed, base_name = rank(variants, results, base_request, warn)
+    return Comparison(spec, str(scenario_file), merged, variants, duplicates, ranked, failed, base_name)

@@ -1,0 +1,65 @@
+"""``parplan validate``: predictions against every nccl-tests table shipped in the repository.
+
+    parplan validate                                  # the whole set in validation/manifest.toml
+    parplan validate --table h100x4-nvswitch-algo-ring --table rtx2080ti-x2-pcie-nop2p-autodl
+    parplan validate --json report.json               # also the JSON document ('-': stdout only)
+
+Prints measured beside predicted per size for every table, a summary per system and overall
+(median and max |error|, all sizes and per size band) and the thresholds kept in the manifest with
+issue 13's targets beside them. Progress goes to stderr (not with ``--quiet``).
+
+Exit codes: 0 when every figure is within its threshold, 1 when one is above it (a red line names
+the threshold) or the input is bad (manifest, cluster file or table, with file:line), 2 for usage
+errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from parplan.cli.common import EXIT_INVALID, STATE, console
+
+DEFAULT_MANIFEST = "validation/manifest.toml"
+"""Kept equal to :data:`parplan.api.accuracy.DEFAULT_MANIFEST` (a test checks); not imported from
+there so that ``parplan --help`` stays fast."""
+
+
+def validate(
+    manifest: Annotated[
+        Path,
+        typer.Option("--manifest", "-m", help="The validation set: tables, cluster files, thresholds."),
+    ] = Path(DEFAULT_MANIFEST),
+    table: Annotated[
+        list[str] | None,
+        typer.Option("--table", "-t", help="Only this table (by its manifest name); repeat for more."),
+    ] = None,
+    json_path: Annotated[
+        str | None,
+        typer.Option("--json", metavar="FILE|-", help="Write the results as JSON ('-': stdout)."),
+    ] = None,
+) -> None:
+    """Compare predicted all-reduce times with published nccl-tests tables; fail above thresholds."""
+    from rich.text import Text
+
+    from parplan.api.accuracy import run_validation
+    from parplan.report.accuracy import failure_messages, validation_document, validation_view
+
+    def progress(message: str) -> None:
+        console(stderr=True).print(message, style="dim")
+
+    report = run_validation(manifest, tables=table, progress=None if STATE.quiet else progress)
+    if json_path is not None:
+        from parplan.cli.outputs import emit
+        from parplan.report.json_report import dumps
+
+        emit(json_path, dumps(validation_document(report)), "JSON")
+    if json_path != "-":
+        console().print(validation_view(report))
+    if not report.passed:
+        err = console(stderr=True)
+        for line in failure_messages(report):
+            err.print(Text("error: ", style="bold red") + Text(line))
+        raise typer.Exit(EXIT_INVALID)

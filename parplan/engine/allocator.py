@@ -1,0 +1,208 @@
+"""Max-min fair rates for the flows on the network, and the cache that makes them cheap to look up.
+
+:func:`max_min_rates` is progressive filling: raise every unfrozen flow's rate together until a
+channel saturates, freeze the flows crossing it, repeat. Flows on one route cross the same
+channels, so they freeze together at one rate: the allocation is a function of how many flows
+each route carries. :class:`AllocationCache` memoises it on that count vector, which in a
+collective's steady state takes few distinct values (the 8-channel rings of
+sample_configs/scenarios/dp-algorithms.yaml make 92,000 recomputations of 7,000 distinct states).
+Each cached :class:`Allocation` also accrues the time it was in force, booked on its channels
+when the cache is emptied or the run ends (:meth:`AllocationCache.flush_busy`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import cast
+
+import numpy as np
+import numpy.typing as npt
+
+from parplan.engine.arrays import FloatArray, IntArray
+from parplan.engine.routes import RouteTable
+from parplan.errors import SimulationError
+
+# Channels whose fair share is within this factor of the smallest saturate together.
+_SHARE_REL = 1e-12
+# Cache keys list the count of every route id up to the largest in use while that is this short,
+# else only the routes in use.
+_DENSE_KEY_ROUTES = 512
+# Memoised allocations are dropped past this size.
+_ALLOC_CACHE_BYTES = 64 << 20
+
+
+@dataclass
+class Allocation:
+    """The allocation for one multiset of moving flows' routes (its cache key).
+
+    ``route_rate_Bps[r]`` is the rate of each flow on route id ``r``; ``channels`` are the channels
+    in use; ``shared`` tells whether any channel carries two flows or more. ``busy_s`` is the time
+    this allocation has been in force and not yet booked on its channels.
+    """
+
+    key: bytes
+    route_rate_Bps: FloatArray
+    channels: IntArray
+    shared: bool
+    busy_s: float = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held, roughly: the arrays, the key and ~500 bytes of Python objects."""
+        return len(self.key) + self.route_rate_Bps.nbytes + self.channels.nbytes + 500
+
+
+def max_min_rates(
+    route_channels: IntArray,
+    counts: IntArray,
+    bandwidth_Bps: FloatArray,
+    narrowest_Bps: FloatArray,
+    sharing: bool = True,
+) -> tuple[FloatArray, IntArray, bool]:
+    """Max-min fair rate of each flow on routes carrying ``counts`` flows each.
+
+    ``route_channels`` holds each route's channels (one row per route, padded with the dummy
+    channel ``len(bandwidth_Bps)``), ``narrowest_Bps`` each route's narrowest bandwidth. Returns
+    the rate per route, the channels in use (sorted) and whether any carries two flows or more.
+    Without ``sharing``, or when no channel is shared, each flow gets its narrowest link.
+
+    >>> # Links of 1 and 2 GB/s in a line: A crosses both, B the first, C the second.
+    >>> rate, used, shared = max_min_rates(
+    ...     np.array([[0, 1], [0, 2], [1, 2]]), np.array([1, 1, 1]), np.array([1e9, 2e9]), np.array([1e9] * 3)
+    ... )
+    >>> rate.tolist(), used.tolist(), shared
+    ([500000000.0, 500000000.0, 1500000000.0], [0, 1], True)
+    """
+    nr = len(route_channels)
+    num_ch = len(bandwidth_Bps)
+    pc = route_channels.ravel()
+    real = pc < num_ch
+    used, pcl = np.unique(pc[real], return_inverse=True)
+    nu = len(used)
+    pr = np.repeat(np.arange(nr), route_channels.shape[1])[real]
+    weight = counts[pr].astype(np.float64)  # flows of each (route, channel) pair
+    n_on = cast(FloatArray, np.bincount(pcl, weights=weight, minlength=nu))  # flows per channel
+    shared = bool(n_on.max() >= 2)
+    if not shared or not sharing:
+        return narrowest_Bps, used, shared
+    # A route that shares none of its channels with another route is a component of its
+    # own: its flows split its narrowest channel evenly (what filling would give it).
+    rate = np.empty(nr)
+    crowded = np.bincount(pcl, minlength=nu)[pcl] > 1  # pairs on a channel other routes use
+    alone = np.bincount(pr[crowded], minlength=nr) == 0
+    if alone.any():
+        rate[alone] = narrowest_Bps[alone] / counts[alone]
+        if not rate[alone].min() > 0:
+            raise SimulationError("progressive filling found a channel with no capacity left")
+        if alone.all():
+            return rate, used, shared
+    _fill(rate, ~alone, bandwidth_Bps[used], n_on, pr, pcl, weight)
+    return rate, used, shared
+
+
+def _fill(
+    rate: FloatArray,
+    unfrozen: npt.NDArray[np.bool_],
+    cap: FloatArray,
+    n_on: FloatArray,
+    pr: IntArray,
+    pcl: IntArray,
+    weight: FloatArray,
+) -> None:
+    """Progressive filling of the ``unfrozen`` routes' rates (in place) over the channels in use.
+
+    (route, channel) pairs are ``pr``/``pcl`` with ``weight`` flows each; channel ``c`` has
+    capacity ``cap[c]`` and ``n_on[c]`` flows. Each round, the smallest fair share among channels
+    with unfrozen flows saturates its channels and their flows freeze at it. Channels without
+    unfrozen flows (those of lone routes from the start) get an infinite capacity, so that they
+    drop out of the minimum.
+    """
+    nr, nu = len(rate), len(cap)
+    frozen = ~unfrozen
+    if frozen.any():
+        frozen_pair = frozen[pr]
+        cap[pcl[frozen_pair]] = math.inf
+        n_on[pcl[frozen_pair]] = 1.0
+        keep = ~frozen_pair
+        pr, pcl, weight = pr[keep], pcl[keep], weight[keep]
+    while True:
+        share = cap / n_on
+        m = float(share.min())
+        if not m > 0:
+            raise SimulationError("progressive filling found a channel with no capacity left")
+        hit = np.zeros(nr, dtype=bool)
+        hit[pr[(share <= m * (1.0 + _SHARE_REL))[pcl]]] = True
+        hit &= unfrozen
+        rate[hit] = m
+        unfrozen ^= hit
+        if not unfrozen.any():
+            return
+        pair_hit = hit[pr]
+        frozen_flows = np.bincount(pcl[pair_hit], weights=weight[pair_hit], minlength=nu)
+        cap -= frozen_flows * m
+        n_on -= frozen_flows
+        np.maximum(cap, 0.0, out=cap)
+        done = n_on <= 0.0
+        cap[done] = math.inf
+        n_on[done] = 1.0
+
+
+class AllocationCache:
+    """Allocations by the number of moving flows per route, for one run.
+
+    Busy time that cached allocations accrue is booked on ``channel_busy_s`` (per channel, with
+    the padding channel last) by :meth:`flush_busy`, which runs before the cache is emptied.
+    """
+
+    def __init__(self, routes: RouteTable, channel_busy_s: FloatArray, *, sharing: bool) -> None:
+        self.routes = routes
+        self.channel_busy_s = channel_busy_s
+        self.sharing = sharing
+        self._cache: dict[bytes, Allocation] = {}
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def get(self, rids: IntArray) -> Allocation:
+        """The allocation for moving flows on routes ``rids`` (one entry per flow).
+
+        The key is the count per route id up to the largest one in use, or b"s" + ids + counts
+        when that is long; the two cannot collide (their lengths are multiples of 8 and odd
+        respectively). The cache is emptied when it would outgrow ``_ALLOC_CACHE_BYTES``; the
+        allocation in force has had its time booked by then and is about to be replaced, so
+        every allocation with time to book is in the cache, for :meth:`flush_busy`.
+        """
+        per_route = np.bincount(rids)
+        if len(per_route) <= _DENSE_KEY_ROUTES:
+            key = per_route.tobytes()
+        else:
+            routes = per_route.nonzero()[0]
+            key = b"s" + routes.tobytes() + per_route[routes].tobytes()
+        alloc = self._cache.get(key)
+        if alloc is not None:
+            return alloc
+        routes = per_route.nonzero()[0]
+        table = self.routes
+        rate, channels, shared = max_min_rates(
+            table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
+            self.sharing,
+        )  # fmt: skip
+        route_rate = np.zeros(len(per_route))
+        route_rate[routes] = rate
+        alloc = Allocation(key, route_rate, channels, shared)
+        if self._bytes + alloc.nbytes > _ALLOC_CACHE_BYTES:
+            self.flush_busy()
+            self._cache.clear()
+            self._bytes = 0
+        self._cache[key] = alloc
+        self._bytes += alloc.nbytes
+        return alloc
+
+    def flush_busy(self) -> None:
+        """Book the time each cached allocation was in force on its channels."""
+        for alloc in self._cache.values():
+            if alloc.busy_s:
+                self.channel_busy_s[alloc.channels] += alloc.busy_s
+                alloc.busy_s = 0.0

@@ -1,0 +1,44 @@
+"""Array types and the small numpy helpers every part of the engine uses.
+
+The engine works on whole batches of tasks at once; batches of a few tasks take scalar paths,
+where numpy's per-call cost would dominate the work (:data:`SMALL_BATCH`).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+EMPTY_I: IntArray = np.zeros(0, dtype=np.int64)
+EMPTY_F: FloatArray = np.zeros(0, dtype=np.float64)
+
+# Batches of at most this many tasks take scalar paths (numpy's per-call cost dominates there).
+SMALL_BATCH = 8
+
+
+def min_max(values: npt.NDArray[np.generic]) -> tuple[float, float]:
+    """Smallest and largest of a non-empty array; a Python pass on short ones, where two numpy
+    reductions would cost more than the work.
+
+    >>> min_max(np.array([3.0, 1.0, 2.0]))
+    (1.0, 3.0)
+    """
+    if len(values) <= SMALL_BATCH:
+        listed = values.tolist()
+        return min(listed), max(listed)
+    return values.min().item(), values.max().item()
+
+
+def runs(sorted_values: npt.NDArray[np.generic]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of equal values in a sorted array.
+
+    >>> runs(np.array([1.0, 1.0, 2.0, 5.0, 5.0]))
+    [(0, 2), (2, 3), (3, 5)]
+    """
+    cuts = np.flatnonzero(sorted_values[1:] != sorted_values[:-1]) + 1
+    return list(itertools.pairwise([0, *cuts.tolist(), len(sorted_values)]))

@@ -1,0 +1,302 @@
+"""The flows on the network: transfers' bytes in motion, their rates, and the two regimes.
+
+A transfer issued at ``t`` waits its route's latency, then its bytes cross every channel of the
+route at one rate until the last byte is in. :class:`Flows` keeps the flows in reusable slots (a
+free slot has task -1, rate 0 and finish inf), so that a batch starting or ending is a few
+scatters, not a rebuild of every array, and runs them in one of two regimes:
+
+- *exclusive* (the common case in collectives): no two flows' active windows overlap on any
+  channel, so each runs at its route's narrowest bandwidth and a batch's finish times follow in
+  closed form when it is issued: a flow takes its slot at issue time with its start (issue +
+  latency) and finish fixed, no event for the end of its latency, no rate recomputation.
+  ``ch_until[c]`` is the last finish booked on channel ``c``; busy time is booked per route when
+  a flow is issued. A window that would overlap another on a channel switches to
+- *shared*: flows enter slots only when they start moving (a START event after the latency), and
+  every instant that changes the set of moving flows (``dirty``) ends with one lookup of the
+  max-min allocation by the number of moving flows per route (:mod:`parplan.engine.allocator`).
+  The allocation in force since ``t_used`` accrues busy time on its channels. When no channel is
+  shared any more the flows return to the exclusive regime.
+
+Both regimes give the same times. Flows are the kernel's :class:`~parplan.engine.kernel.Clock`:
+their next finish is the clock's next instant, and flows finishing within the kernel's tie
+horizon of each other arrive together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from parplan.engine.allocator import Allocation, AllocationCache
+from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IntArray, min_max, runs
+from parplan.engine.kernel import ARRIVE, START, Kernel, horizon
+from parplan.engine.recorder import Recorder
+from parplan.engine.routes import RouteTable
+
+
+class Flows:
+    """The run's flows. Flow ids are task ids; ``size_bytes[i]`` is flow ``i``'s size.
+
+    :meth:`issue` takes transfers whose dependencies are done; the kernel hands START events to
+    :meth:`activate`; flows whose last byte is in go to ``on_arrive`` (by clock firing, or by
+    ARRIVE events for zero-byte ones). Bytes and busy time are booked on ``recorder``.
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        routes: RouteTable,
+        recorder: Recorder,
+        size_bytes: FloatArray,
+        on_arrive: Callable[[IntArray], None],
+        *,
+        sharing: bool,
+    ) -> None:
+        self.kernel = kernel
+        self.routes = routes
+        self.rec = recorder
+        self.size_bytes = size_bytes
+        self.on_arrive = on_arrive
+        self.sharing = sharing
+        self.cache = AllocationCache(routes, recorder.channel_busy_s, sharing=sharing)
+        # Slots: flow id (-1 when free), route id, start, bytes left at t_sync, rate, finish.
+        self.s_task = EMPTY_I
+        self.s_rid = EMPTY_I
+        self.s_start = EMPTY_F
+        self.s_rem = EMPTY_F
+        self.s_rate = EMPTY_F
+        self.s_finish = EMPTY_F
+        self.free_slots = EMPTY_I  # a stack; its first n_free entries are free
+        self.n_free = 0
+        self.next_finish = math.inf
+        self.t_sync = 0.0
+        self.exclusive = sharing
+        self.dirty = False
+        self.ch_until = np.full(routes.num_channels + 1, -math.inf)
+        self.alloc: Allocation | None = None
+        self.t_used = 0.0
+
+    # -- the kernel's clock ------------------------------------------------------------------
+    def next_instant(self) -> float:
+        """The next finish, after a rate recomputation if the set of moving flows changed."""
+        if self.dirty:
+            self._recompute()
+        return self.next_finish
+
+    def fire(self) -> None:
+        """Flows whose last byte is in (ties within the kernel's horizon are grouped) arrive now."""
+        done = (self.s_finish <= horizon(self.kernel.now)).nonzero()[0]
+        tasks = self.s_task[done]
+        self._release(done)
+        if self.exclusive:
+            self.next_finish = float(self.s_finish.min())
+        else:
+            self.dirty = True
+        self.on_arrive(tasks)
+
+    def flush(self) -> None:
+        """Book every allocation's pending busy time on its channels (at the end of a run)."""
+        self.cache.flush_busy()
+
+    # -- flows entering ----------------------------------------------------------------------
+    def issue(self, tasks: IntArray, rids: IntArray) -> None:
+        """Transfers ``tasks`` on routes ``rids`` are issued now; their bytes move after the latency."""
+        now = self.kernel.now
+        lat = self.routes.latency_s[rids]
+        if self.exclusive:
+            # The flows take slots now, each starting after its latency; if any would overlap
+            # another on a channel, _book switches to the shared regime.
+            self._book(tasks, rids, now + lat)
+            return
+        lo, hi = min_max(lat)
+        if lo == hi:
+            if lo == 0.0:
+                self._activate(tasks, rids)
+            else:
+                self.kernel.push(now + lo, START, (tasks, rids))
+            return
+        order = np.argsort(lat, kind="stable")
+        l_sorted = lat[order]
+        for a, b in runs(l_sorted):
+            idx = np.sort(order[a:b])
+            latency = float(l_sorted[a])
+            if latency == 0.0:
+                self._activate(tasks[idx], rids[idx])
+            else:
+                self.kernel.push(now + latency, START, (tasks[idx], rids[idx]))
+
+    def activate(self, payload: tuple[IntArray, IntArray]) -> None:
+        """START handler: these transfers' latency has elapsed; their bytes start moving now."""
+        tasks, rids = payload
+        self._activate(tasks, rids)
+
+    def _activate(self, tasks: IntArray, rids: IntArray) -> None:
+        now = self.kernel.now
+        if self.exclusive:
+            self._book(tasks, rids, np.full(len(tasks), now))
+            return
+        sizes = self.size_bytes[tasks]
+        zero = sizes <= 0
+        if np.count_nonzero(zero):
+            self.kernel.push(now, ARRIVE, tasks[zero])
+            keep = ~zero
+            tasks, rids, sizes = tasks[keep], rids[keep], sizes[keep]
+            if not len(tasks):
+                return
+        # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
+        np.add.at(self.rec.route_bytes, rids, sizes)
+        slots = self._take_slots(len(tasks))
+        self.s_task[slots] = tasks
+        self.s_rid[slots] = rids
+        self.s_start[slots] = now
+        self.s_rem[slots] = sizes
+        self.dirty = True
+
+    def _book(self, tasks: IntArray, rids: IntArray, starts: FloatArray) -> None:
+        """Exclusive regime: give these transfers slots now, moving from ``starts`` at their
+        narrowest bandwidth, unless a window would overlap another flow's on some channel (then
+        the flows switch to the shared regime, which redoes these properly)."""
+        sizes = self.size_bytes[tasks]
+        zero = sizes <= 0
+        if zero.any():
+            self.kernel.push_grouped(starts[zero], tasks[zero], ARRIVE)
+            keep = ~zero
+            tasks, rids, sizes, starts = tasks[keep], rids[keep], sizes[keep], starts[keep]
+            if not len(tasks):
+                return
+        routes = self.routes
+        width = routes.channels.shape[1]
+        pc = routes.channels[rids].ravel()
+        s_pairs = np.repeat(starts, width)
+        if routes.padded:
+            real = pc < routes.num_channels
+            pc, s_pairs = pc[real], s_pairs[real]
+        sorted_pc = np.sort(pc)
+        clash = bool((s_pairs < self.ch_until[pc]).any()) or bool((sorted_pc[1:] == sorted_pc[:-1]).any())
+        self._sync()
+        np.add.at(self.rec.route_bytes, rids, sizes)
+        rate = routes.narrowest_Bps[rids]
+        finish = starts + sizes / rate
+        slots = self._take_slots(len(tasks))
+        self.s_task[slots] = tasks
+        self.s_rid[slots] = rids
+        self.s_start[slots] = starts
+        # Credit the time before the start so that _sync leaves exactly ``sizes`` at the start.
+        self.s_rem[slots] = sizes + rate * (starts - self.kernel.now)
+        self.s_rate[slots] = rate
+        self.s_finish[slots] = finish
+        np.add.at(self.rec.route_busy_s, rids, finish - starts)
+        if clash:
+            self._enter_shared()
+            return
+        self.ch_until[pc] = np.repeat(finish, width)[real] if routes.padded else np.repeat(finish, width)
+        self.next_finish = min(self.next_finish, float(finish.min()))
+
+    # -- regimes -----------------------------------------------------------------------------
+    def _enter_shared(self) -> None:
+        """Switch to the shared regime now: flows not yet moving go back to START events, moving
+        ones are counted on their channels, and busy time booked ahead is taken back."""
+        now = self.kernel.now
+        self.exclusive = False
+        self.dirty = True
+        live = np.flatnonzero(self.s_task >= 0)
+        starts, finish, rids = self.s_start[live], self.s_finish[live], self.s_rid[live]
+        ahead = starts > now
+        # Un-book the exclusive busy time after now (all of it for flows not yet moving).
+        np.add.at(self.rec.route_busy_s, rids, -(finish - np.maximum(starts, now)))
+        self.ch_until.fill(-math.inf)
+        self.alloc = None  # the moving flows' channels are booked from the recomputation on
+        self.t_used = now
+        pending = live[ahead]
+        if not len(pending):
+            return
+        tasks, rids, starts = self.s_task[pending], self.s_rid[pending], self.s_start[pending]
+        np.add.at(self.rec.route_bytes, rids, -self.size_bytes[tasks])
+        self._release(pending)
+        order = np.lexsort((tasks, starts))
+        tasks, rids, starts = tasks[order], rids[order], starts[order]
+        for a, b in runs(starts):
+            self.kernel.push(float(starts[a]), START, (tasks[a:b], rids[a:b]))
+
+    def _leave_shared(self, live: IntArray) -> None:
+        """Back to the exclusive regime (no channel shared any more): close the channels' busy
+        intervals now and book the rest of each moving flow per route."""
+        self.exclusive = True
+        self.alloc = None
+        rids, finish = self.s_rid[live], self.s_finish[live]
+        np.add.at(self.rec.route_busy_s, rids, finish - self.kernel.now)
+        routes = self.routes
+        width = routes.channels.shape[1]
+        pc = routes.channels[rids].ravel()
+        f_pairs = np.repeat(finish, width)
+        if routes.padded:
+            real = pc < routes.num_channels
+            pc, f_pairs = pc[real], f_pairs[real]
+        self.ch_until[pc] = f_pairs
+
+    def _recompute(self) -> None:
+        """Shared regime: max-min fair rates of the moving flows and their finish times, channel
+        busy time up to now; back to the exclusive regime when no channel is shared any more."""
+        self.dirty = False
+        now = self.kernel.now
+        self._sync()
+        if self.alloc is not None:
+            self.alloc.busy_s += now - self.t_used
+        self.t_used = now
+        live = (self.s_task >= 0).nonzero()[0]
+        if not len(live):
+            self.next_finish = math.inf
+            self.alloc = None
+            if self.sharing:
+                self._leave_shared(live)
+            return
+        rids = self.s_rid[live]
+        alloc = self.cache.get(rids)
+        rate = alloc.route_rate_Bps[rids]
+        self.s_rate[live] = rate
+        self.s_finish[live] = now + self.s_rem[live] / rate
+        self.next_finish = float(self.s_finish.min())
+        if alloc.shared or not self.sharing:
+            self.alloc = alloc
+        else:
+            self._leave_shared(live)
+
+    def _sync(self) -> None:
+        """Bring remaining bytes up to now before rates change (free slots have rate 0)."""
+        now = self.kernel.now
+        dt = now - self.t_sync
+        if dt > 0 and len(self.s_rem):
+            self.s_rem -= self.s_rate * dt
+        self.t_sync = now
+
+    # -- slots -------------------------------------------------------------------------------
+    def _release(self, slots: IntArray) -> None:
+        self.s_task[slots] = -1
+        self.s_rate[slots] = 0.0
+        self.s_rem[slots] = 0.0
+        self.s_finish[slots] = math.inf
+        self.free_slots[self.n_free : self.n_free + len(slots)] = slots
+        self.n_free += len(slots)
+
+    def _take_slots(self, k: int) -> IntArray:
+        """``k`` free flow slots (growing the slot arrays when needed)."""
+        if k > self.n_free:
+            old = len(self.s_task)
+            new = max(2 * old, old + k, 64)
+            grow = new - old
+            self.s_task = np.concatenate([self.s_task, np.full(grow, -1, dtype=np.int64)])
+            self.s_rid = np.concatenate([self.s_rid, np.zeros(grow, dtype=np.int64)])
+            self.s_start = np.concatenate([self.s_start, np.zeros(grow)])
+            self.s_rem = np.concatenate([self.s_rem, np.zeros(grow)])
+            self.s_rate = np.concatenate([self.s_rate, np.zeros(grow)])
+            self.s_finish = np.concatenate([self.s_finish, np.full(grow, math.inf)])
+            stack = np.empty(new, dtype=np.int64)
+            stack[: self.n_free] = self.free_slots[: self.n_free]
+            stack[self.n_free : self.n_free + grow] = np.arange(new - 1, old - 1, -1)
+            self.free_slots = stack
+            self.n_free += grow
+        self.n_free -= k
+        slots: IntArray = self.free_slots[self.n_free : self.n_free + k]
+        return slots.copy()

@@ -1,0 +1,117 @@
+"""Routes by id: each (source, destination) pair the run uses, its channels, latency and narrowest link.
+
+Routes are asked of the network the first time a pair is used and get the next id. By id they
+are rows of a padded channel matrix (padding is the dummy channel ``num_channels``, which has
+infinite bandwidth and is never counted), a latency and a narrowest bandwidth, so the rest of the
+engine works on route ids with array indexing. Ids are found by a dense (src, dst) table when the
+network's device count allows, else by binary search in sorted keys.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from parplan.engine.arrays import EMPTY_F, EMPTY_I, IntArray
+from parplan.errors import SimulationError
+from parplan.topology.network import Network
+
+# Largest (number of network devices)^2 for which route ids come from a dense table.
+_DENSE_ROUTE_TABLE = 1 << 26
+
+
+class RouteTable:
+    """The routes of one run between the graph's devices, by id (new ones in (src, dst) order).
+
+    >>> from parplan.topology.network import Network
+    >>> import networkx as nx
+    >>> g = nx.DiGraph()
+    >>> for h in ("a", "b"):
+    ...     g.add_node(h, kind="device", peak_flop_per_s=1e12, efficiency=1.0, memory_bytes=1e9)
+    >>> g.add_edge("a", "b", bandwidth_Bps=1e9, latency_s=1e-6, channel=0)
+    >>> g.add_edge("b", "a", bandwidth_Bps=2e9, latency_s=1e-6, channel=1)
+    >>> routes = RouteTable(Network(g), ("a", "b"))
+    >>> routes.ids(np.array([1, 0, 1]), np.array([0, 1, 0])).tolist()  # b->a, a->b, b->a
+    [1, 0, 1]
+    >>> routes.narrowest_Bps.tolist(), routes.latency_s.tolist()
+    ([1000000000.0, 2000000000.0], [1e-06, 1e-06])
+    """
+
+    def __init__(self, network: Network, devices: tuple[str, ...]) -> None:
+        self.network = network
+        # Graph device index -> network device index (raises TopologyError for unknown devices).
+        self.net_dev = np.array([network.device_index(d) for d in devices], dtype=np.int64)
+        self.num_net_dev = len(network.devices)
+        self.bandwidth_Bps = np.asarray(network.channel_bandwidth_Bps, dtype=np.float64)
+        self.num_channels = len(self.bandwidth_Bps)
+        self._bw_ext = np.append(self.bandwidth_Bps, math.inf)
+        dense = self.num_net_dev**2 <= _DENSE_ROUTE_TABLE
+        self._table = np.zeros(self.num_net_dev**2 if dense else 0, dtype=np.int32)  # id + 1
+        self._keys = EMPTY_I  # sparse lookup: keys src * num_net_dev + dst, sorted, and their ids
+        self._key_ids = EMPTY_I
+        self._channel_list: list[IntArray] = []
+        self._latency_list: list[float] = []
+        self.channels = np.zeros((0, 1), dtype=np.int64)  # route id -> channels, padded
+        self.latency_s = EMPTY_F
+        self.narrowest_Bps = EMPTY_F
+        self.padded = False  # some route is shorter than the channel matrix is wide
+
+    @property
+    def num_routes(self) -> int:
+        """Routes found so far."""
+        return len(self._channel_list)
+
+    def ids(self, src: IntArray, dst: IntArray) -> IntArray:
+        """Route ids for graph device pairs, asking the network for routes not seen before."""
+        keys = self.net_dev[src] * self.num_net_dev + self.net_dev[dst]
+        rids = self._lookup(keys)
+        return self.ids(src, dst) if rids is None else rids
+
+    def _lookup(self, keys: IntArray) -> IntArray | None:
+        """Ids of ``keys``; when some are new, adds them and returns None."""
+        if len(self._table):
+            rids: IntArray = self._table[keys].astype(np.int64) - 1
+            if not np.count_nonzero(rids < 0):
+                return rids
+            missing = np.unique(keys[rids < 0])
+        elif len(self._keys):
+            pos = np.minimum(np.searchsorted(self._keys, keys), len(self._keys) - 1)
+            found = self._keys[pos] == keys
+            if found.all():
+                ids: IntArray = self._key_ids[pos]
+                return ids
+            missing = np.unique(keys[~found])
+        elif not len(keys):
+            return EMPTY_I
+        else:
+            missing = np.unique(keys)
+        self._add(missing)
+        return None
+
+    def _add(self, keys: IntArray) -> None:
+        names = self.network.devices
+        first = len(self._channel_list)
+        for key in keys.tolist():
+            s, d = divmod(key, self.num_net_dev)
+            channels, latency = self.network.route(names[s], names[d])
+            if not len(channels):
+                raise SimulationError(f"route from {names[s]!r} to {names[d]!r} crosses no link")
+            self._channel_list.append(np.asarray(channels, dtype=np.int64))
+            self._latency_list.append(float(latency))
+        new_ids = np.arange(first, len(self._channel_list), dtype=np.int64)
+        if len(self._table):
+            self._table[keys] = (new_ids + 1).astype(np.int32)
+        else:
+            all_keys = np.concatenate([self._keys, keys])
+            all_ids = np.concatenate([self._key_ids, new_ids])
+            order = np.argsort(all_keys, kind="stable")
+            self._keys, self._key_ids = all_keys[order], all_ids[order]
+        width = max(len(c) for c in self._channel_list)
+        mat = np.full((len(self._channel_list), width), self.num_channels, dtype=np.int64)
+        for i, c in enumerate(self._channel_list):
+            mat[i, : len(c)] = c
+        self.channels = mat
+        self.padded = bool(np.any(mat == self.num_channels))
+        self.latency_s = np.array(self._latency_list, dtype=np.float64)
+        self.narrowest_Bps = self._bw_ext[mat].min(axis=1)

@@ -1,0 +1,184 @@
+"""Per-device serial streams: the compute stream and the reduction stream of every device.
+
+A FIFO stream's start times are known when tasks arrive (every earlier arrival is already
+booked), so a batch is booked at once by a segmented cumulative sum (:func:`fifo_book`) and its
+ends go on the event heap. In priority mode (compute tasks with different priorities) a compute
+stream instead picks the lowest priority among its ready tasks whenever it becomes idle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+import numpy as np
+
+from parplan.engine.arrays import FloatArray, IntArray
+from parplan.engine.kernel import COMPUTE_DONE, DONE, Kernel
+from parplan.engine.tasks import TaskView
+from parplan.errors import SimulationError
+from parplan.topology.network import Network
+
+
+def device_rates(
+    tasks: TaskView, network: Network, gamma_s_per_byte: float | None
+) -> tuple[FloatArray, FloatArray]:
+    """Per graph device: effective FLOP/s, and reduction cost in seconds per byte (``gamma``).
+
+    ``gamma`` is ``gamma_s_per_byte`` when given, else ``3 / memory_bandwidth_Bps`` (read two
+    operands, write one) when the device has a memory bandwidth, else 0.
+    """
+    num_dev = len(tasks.devices)
+    flop_rate = np.empty(num_dev, dtype=np.float64)
+    gamma = np.empty(num_dev, dtype=np.float64)
+    for i, name in enumerate(tasks.devices):
+        info = network.device(name)
+        flop_rate[i] = info.effective_flop_per_s
+        if gamma_s_per_byte is not None:
+            gamma[i] = gamma_s_per_byte
+        elif info.memory_bandwidth_Bps:
+            gamma[i] = 3.0 / float(info.memory_bandwidth_Bps)
+        else:
+            gamma[i] = 0.0
+    if gamma_s_per_byte is not None and not (math.isfinite(gamma_s_per_byte) and gamma_s_per_byte >= 0):
+        raise SimulationError(f"gamma_s_per_byte must be finite and >= 0, got {gamma_s_per_byte}")
+    return flop_rate, gamma
+
+
+def fifo_book(
+    free: FloatArray, busy: FloatArray, tasks: IntArray, devs: IntArray, durs: FloatArray, now: float
+) -> tuple[FloatArray, FloatArray]:
+    """FIFO-schedule ``tasks`` (arriving ``now``, in task order) on per-device serial streams.
+
+    ``free[d]`` is when device ``d``'s stream is next free and ``busy[d]`` its busy seconds; both
+    are updated. Returns start and end times aligned with ``tasks``; ties go by task id.
+
+    >>> free, busy = np.zeros(2), np.zeros(2)
+    >>> s, e = fifo_book(free, busy, np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([1.0, 2.0, 4.0]), 0.0)
+    >>> s.tolist(), e.tolist(), free.tolist()
+    ([0.0, 1.0, 0.0], [1.0, 3.0, 4.0], [3.0, 4.0])
+    """
+    if len(tasks) == 1:
+        d = int(devs[0])
+        s = max(now, float(free[d]))
+        e = s + float(durs[0])
+        free[d] = e
+        busy[d] += float(durs[0])
+        return np.array([s]), np.array([e])
+    np.add.at(busy, devs, durs)
+    d_sorted = np.sort(devs)
+    if not np.count_nonzero(d_sorted[1:] == d_sorted[:-1]):  # one task per device: no queueing among them
+        s_arr = np.maximum(free[devs], now)
+        e_arr = s_arr + durs
+        free[devs] = e_arr
+        return s_arr, e_arr
+    order = np.lexsort((tasks, devs))  # FIFO within a device: ties by task id
+    d_sorted = devs[order]
+    dur_sorted = durs[order]
+    first = np.empty(len(order), dtype=bool)
+    first[0] = True
+    np.not_equal(d_sorted[1:], d_sorted[:-1], out=first[1:])
+    seg = np.cumsum(first) - 1
+    csum = np.cumsum(dur_sorted)
+    seg_base = (csum - dur_sorted)[first]
+    base = np.maximum(free[d_sorted], now)
+    s_sorted = base + (csum - dur_sorted) - seg_base[seg]
+    e_sorted = s_sorted + dur_sorted
+    last = np.append(first[1:], True)
+    free[d_sorted[last]] = e_sorted[last]
+    s_arr = np.empty(len(order))
+    e_arr = np.empty(len(order))
+    s_arr[order] = s_sorted
+    e_arr[order] = e_sorted
+    return s_arr, e_arr
+
+
+class ComputeStreams:
+    """Every device's compute stream: FIFO by readiness, or by priority in priority mode.
+
+    Started tasks get their start time in ``start_s``; their ends go on the kernel's heap (as DONE
+    events, or one COMPUTE_DONE per task in priority mode, whose handler calls :meth:`idle`, then
+    completes the task, then calls :meth:`start_next`).
+    """
+
+    def __init__(
+        self, kernel: Kernel, tasks: TaskView, flop_rate_per_s: FloatArray, start_s: FloatArray
+    ) -> None:
+        num_dev = len(tasks.devices)
+        self.kernel = kernel
+        self.tasks = tasks
+        self.flop_rate_per_s = flop_rate_per_s
+        self.start_s = start_s
+        self.free = np.zeros(num_dev)
+        self.busy_s = np.zeros(num_dev)
+        self.priority_mode = tasks.priority_mode
+        self.queue: list[list[tuple[int, int]]] = [[] for _ in range(num_dev)]
+        self.running = np.zeros(num_dev, dtype=bool)
+
+    def durations(self, tasks: IntArray) -> FloatArray:
+        """Seconds of each compute task (FLOPs over the device's effective rate where not given)."""
+        secs = self.tasks.seconds[tasks]
+        missing = np.isnan(secs)
+        if missing.any():
+            devs = self.tasks.device[tasks[missing]]
+            rate = self.flop_rate_per_s[devs]
+            if np.any(rate <= 0):
+                raise SimulationError("a compute task is given in FLOPs on a device with no compute rate")
+            secs = secs.copy()
+            secs[missing] = self.tasks.flops[tasks[missing]] / rate
+        return secs
+
+    def submit(self, tasks: IntArray) -> None:
+        """``tasks`` (sorted by id) are ready now."""
+        if self.priority_mode:
+            self._submit_priority(tasks)
+            return
+        devs = self.tasks.device[tasks]
+        durs = self.durations(tasks)
+        starts, ends = fifo_book(self.free, self.busy_s, tasks, devs, durs, self.kernel.now)
+        self.start_s[tasks] = starts
+        self.kernel.push_grouped(ends, tasks, DONE)
+
+    def _submit_priority(self, tasks: IntArray) -> None:
+        prio = self.tasks.priority[tasks].tolist()
+        devs = self.tasks.device[tasks].tolist()
+        for task, p, d in zip(tasks.tolist(), prio, devs, strict=True):
+            heapq.heappush(self.queue[d], (p, task))
+        for d in sorted(set(devs)):
+            self.start_next(d)
+
+    def start_next(self, d: int) -> None:
+        """Priority mode: device ``d``'s stream, if idle, starts its lowest-priority ready task."""
+        if self.running[d] or not self.queue[d]:
+            return
+        _, task = heapq.heappop(self.queue[d])
+        dur = float(self.durations(np.array([task], dtype=np.int64))[0])
+        self.running[d] = True
+        now = self.kernel.now
+        self.start_s[task] = now
+        self.busy_s[d] += dur
+        self.kernel.push(now + dur, COMPUTE_DONE, task)
+
+    def idle(self, task: int) -> int:
+        """Priority mode: ``task`` has ended; its device's stream is idle. Returns the device."""
+        d = int(self.tasks.device[task])
+        self.running[d] = False
+        return d
+
+
+class ReductionStreams:
+    """Every device's reduction stream: received bytes cost ``gamma x bytes`` each, FIFO."""
+
+    def __init__(self, kernel: Kernel, tasks: TaskView, gamma_s_per_byte: FloatArray) -> None:
+        self.kernel = kernel
+        self.tasks = tasks
+        self.gamma_s_per_byte = gamma_s_per_byte
+        self.free = np.zeros(len(tasks.devices))
+        self.busy_s = np.zeros(len(tasks.devices))
+
+    def submit(self, tasks: IntArray) -> None:
+        """Reducing transfers ``tasks`` (sorted by id) have arrived now; they end when reduced."""
+        devs = self.tasks.dst[tasks]
+        durs = self.gamma_s_per_byte[devs] * self.tasks.size_bytes[tasks]
+        _, ends = fifo_book(self.free, self.busy_s, tasks, devs, durs, self.kernel.now)
+        self.kernel.push_grouped(ends, tasks, DONE)
