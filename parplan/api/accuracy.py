@@ -34,13 +34,13 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from parplan.api.collective import collective_sweep, sweep_sizes
 from parplan.config.algorithms import algorithm_label, parse_algorithm
 from parplan.config.issues import Source, translate
 from parplan.config.loader import load_cluster
 from parplan.config.nccltests import NcclTestsRow, NcclTestsTable, read_nccl_tests
 from parplan.config.readers import read_file
 from parplan.config.units import Bytes
-from parplan.engine.sweep import collective_sweep, sweep_sizes
 from parplan.errors import ConfigError, Issue, ParplanError
 from parplan.spec import Spec
 from parplan.topology.build import build_network

@@ -1,5 +1,5 @@
-"""Shared machinery of the schedule builders: a step buffer, CSR helpers, empty-step removal, and
-the validation of rank groups (nodes) that the ring and hierarchical builders take.
+"""Shared machinery of the schedule builders: a step buffer, CSR helpers, empty-step removal and
+the size checks (rank groups are in :mod:`parplan.collectives.groups`).
 
 Builders append steps in a topological order (every dependency an earlier step) through
 :class:`StepBuffer`, one at a time (``add``) or as whole numpy blocks (``add_block``), and freeze
@@ -17,8 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.collectives.schedule import STEP_DTYPES, IntArray, Schedule
-from parplan.errors import CollectiveError, TopologyError
-from parplan.topology.placement import check_groups
+from parplan.errors import CollectiveError
 
 AnyIntArray = npt.NDArray[np.integer[Any]]
 
@@ -32,29 +31,6 @@ def check_sizes(num_ranks: int, num_elements: int) -> None:
         raise CollectiveError(f"a collective needs at least one rank, got num_ranks={num_ranks}")
     if num_elements < 0:
         raise CollectiveError(f"num_elements must be >= 0, got {num_elements}")
-
-
-def resolve_groups(
-    num_ranks: int, groups: Sequence[Sequence[int]] | None = None, group_size: int | None = None
-) -> list[list[int]]:
-    """The groups to use: consecutive blocks of ``group_size`` ranks if given, else ``groups``
-    (validated to partition the ranks), else one group of all ranks.
-
-    >>> resolve_groups(5, group_size=2)
-    [[0, 1], [2, 3], [4]]
-    """
-    if group_size is not None:
-        if group_size < 1:
-            raise CollectiveError(f"group_size must be >= 1, got {group_size}")
-        return [list(range(s, min(s + group_size, num_ranks))) for s in range(0, num_ranks, group_size)]
-    if groups is None:
-        return [list(range(num_ranks))]
-    out = [[int(r) for r in g] for g in groups]
-    try:
-        check_groups(out, num_ranks)
-    except TopologyError as exc:
-        raise CollectiveError(str(exc)) from None
-    return out
 
 
 def ragged_arange(counts: IntArray) -> IntArray:

@@ -214,97 +214,117 @@ def _execute(
 ) -> npt.NDArray[np.int8]:
     """Run the steps in index order with every check of the module docstring; returns the kind
     of every dependency (aligned with ``schedule.dep_indices``)."""
-    p, n = schedule.num_ranks, schedule.num_elements
-    name = schedule.algorithm
-    offset, length = schedule.offset, schedule.length
-    ends = offset + length
-    # Chunk bounds matter only where the output or input layout is per-rank chunks.
-    layout = chunk_bounds(n, p) if schedule.collective in ("reduce_scatter", "all_gather") else [0]
-    breaks = np.unique(np.concatenate([[0, n], layout, offset, ends]))
-    atom_lo_arr = np.searchsorted(breaks, offset)
-    atom_hi_arr = np.searchsorted(breaks, ends)
-    atoms = len(breaks) - 1
-    words = (p + 63) // 64
-
-    mask = np.zeros((p, max(atoms, 0), words), dtype=np.uint64)
-    collective = schedule.collective
-    if collective in REDUCING:
-        for r in range(p):
-            mask[r, :] = _bit(r, words)
-    elif collective == "all_gather":
-        bounds = np.searchsorted(breaks, chunk_bounds(n, p))
-        for r in range(p):
-            mask[r, bounds[r] : bounds[r + 1]] = _bit(r, words)
-    else:
-        mask[schedule.root or 0, :] = _bit(schedule.root or 0, words)
-    last_overwrite = np.full((p, atoms), -1, dtype=np.int64)
-    reductions = np.zeros((p, atoms), dtype=np.int64)
-
-    src_l = schedule.src.tolist()
-    dst_l = schedule.dst.tolist()
-    off_l = offset.tolist()
-    end_l = ends.tolist()
-    alo_l = atom_lo_arr.tolist()
-    ahi_l = atom_hi_arr.tolist()
-    red_l = schedule.reduce.tolist()
-    dep_off = schedule.dep_offsets.tolist()
-    dep_all = schedule.dep_indices.tolist()
-
-    kinds = np.empty(len(dep_all), dtype=np.int8)
-    ancestors: list[int] = []
-    readers: dict[int, list[int]] = {}
-    reducers: dict[int, list[int]] = {}
-
+    run = _Execution(schedule, data, exact_deps=exact_deps)
     for j in range(schedule.num_steps):
-        s, d = src_l[j], dst_l[j]
-        lo, hi = alo_l[j], ahi_l[j]
-        deps = dep_all[dep_off[j] : dep_off[j + 1]]
+        deps = run.dep_all[run.dep_off[j] : run.dep_off[j + 1]]
+        run.check_dependencies(j, deps)
+        if race_check:
+            run.check_races(j, deps)
+        run.apply(j)
+    _check_final(schedule, run.mask, run.breaks)
+    return run.kinds
 
-        # Exact dependencies: every live writer of the sent data is a dependency (and, when exact,
-        # every dependency is one).
-        live = (last_overwrite[s, lo:hi] >= 0).astype(np.int64) + reductions[s, lo:hi]
+
+class _Execution:
+    """The state of one run: the data, each (rank, atom)'s contributions, last overwrite and
+    reductions since, and the schedule's columns as Python lists (fast to index per step)."""
+
+    def __init__(self, schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool) -> None:
+        p, n = schedule.num_ranks, schedule.num_elements
+        self.schedule, self.data, self.exact_deps = schedule, data, exact_deps
+        self.name = schedule.algorithm
+        offset, ends = schedule.offset, schedule.offset + schedule.length
+        # Chunk bounds matter only where the output or input layout is per-rank chunks.
+        layout = chunk_bounds(n, p) if schedule.collective in ("reduce_scatter", "all_gather") else [0]
+        self.breaks = np.unique(np.concatenate([[0, n], layout, offset, ends]))
+        self.atom_lo = np.searchsorted(self.breaks, offset)
+        self.atom_hi = np.searchsorted(self.breaks, ends)
+        self.atoms = atoms = len(self.breaks) - 1
+        words = (p + 63) // 64
+        self.mask = np.zeros((p, max(atoms, 0), words), dtype=np.uint64)
+        if schedule.collective in REDUCING:
+            for r in range(p):
+                self.mask[r, :] = _bit(r, words)
+        elif schedule.collective == "all_gather":
+            bounds = np.searchsorted(self.breaks, chunk_bounds(n, p))
+            for r in range(p):
+                self.mask[r, bounds[r] : bounds[r + 1]] = _bit(r, words)
+        else:
+            self.mask[schedule.root or 0, :] = _bit(schedule.root or 0, words)
+        self.last_overwrite = np.full((p, atoms), -1, dtype=np.int64)
+        self.reductions = np.zeros((p, atoms), dtype=np.int64)
+        self.src_l, self.dst_l = schedule.src.tolist(), schedule.dst.tolist()
+        self.off_l, self.end_l = offset.tolist(), ends.tolist()
+        self.alo_l, self.ahi_l = self.atom_lo.tolist(), self.atom_hi.tolist()
+        self.red_l = schedule.reduce.tolist()
+        self.where = list(zip(self.src_l, self.dst_l, self.alo_l, self.ahi_l, strict=True))
+        self.dep_off = schedule.dep_offsets.tolist()
+        self.dep_all = schedule.dep_indices.tolist()
+        self.kinds = np.empty(len(self.dep_all), dtype=np.int8)
+        self.ancestors: list[int] = []
+        self.readers: dict[int, list[int]] = {}
+        self.reducers: dict[int, list[int]] = {}
+
+    def _kind(self, j: int, x: int, got: IntArray) -> int:
+        """The kind of step ``j``'s dependency ``x``; a data dependency also counts, in ``got``, the
+        atoms it is a live writer of."""
+        s, d, lo, hi = self.where[j]
+        xlo, xhi = max(self.alo_l[x], lo), min(self.ahi_l[x], hi)
+        is_live = x >= self.last_overwrite[s, xlo:xhi] if self.dst_l[x] == s and xlo < xhi else None
+        if is_live is not None and is_live.any():
+            got[xlo - lo : xhi - lo] += is_live
+            return DEP_DATA
+        commuting = self.red_l[x] and self.red_l[j]  # two reductions into the same elements
+        if xlo < xhi and (self.src_l[x] == d or (self.dst_l[x] == d and not commuting)):
+            return DEP_ANTI
+        if self.src_l[x] in (s, d) or self.dst_l[x] in (s, d):
+            return DEP_ORDER
+        if self.exact_deps:
+            raise CollectiveError(
+                f"{self.name}: step {j} depends on step {x}, which neither wrote data it sends, nor "
+                f"used data it writes, nor shares a rank with it (spurious dependency)"
+            )
+        return DEP_SPURIOUS
+
+    def check_dependencies(self, j: int, deps: list[int]) -> None:
+        """Exact dependencies: every live writer of the sent data is a dependency (and, when
+        exact, every dependency is one); records the kind of each."""
+        s, d, lo, hi = self.where[j]
+        live = (self.last_overwrite[s, lo:hi] >= 0).astype(np.int64) + self.reductions[s, lo:hi]
         got = np.zeros(hi - lo, dtype=np.int64)
-        if exact_deps and len(set(deps)) != len(deps):
-            raise CollectiveError(f"{name}: step {j} lists a dependency twice: {deps}")
-        kind_of: dict[int, int] = {}
-        for x in set(deps):
-            xlo, xhi = max(alo_l[x], lo), min(ahi_l[x], hi)
-            is_live = x >= last_overwrite[s, xlo:xhi] if dst_l[x] == s and xlo < xhi else None
-            if is_live is not None and is_live.any():
-                got[xlo - lo : xhi - lo] += is_live
-                kind_of[x] = DEP_DATA
-            elif xlo < xhi and (src_l[x] == d or (dst_l[x] == d and not (red_l[x] and red_l[j]))):
-                kind_of[x] = DEP_ANTI
-            elif src_l[x] in (s, d) or dst_l[x] in (s, d):
-                kind_of[x] = DEP_ORDER
-            elif exact_deps:
-                raise CollectiveError(
-                    f"{name}: step {j} depends on step {x}, which neither wrote data it sends, nor "
-                    f"used data it writes, nor shares a rank with it (spurious dependency)"
-                )
-            else:
-                kind_of[x] = DEP_SPURIOUS
+        if self.exact_deps and len(set(deps)) != len(deps):
+            raise CollectiveError(f"{self.name}: step {j} lists a dependency twice: {deps}")
+        kind_of = {x: self._kind(j, x, got) for x in set(deps)}
         if deps:
-            kinds[dep_off[j] : dep_off[j + 1]] = [kind_of[x] for x in deps]
+            self.kinds[self.dep_off[j] : self.dep_off[j + 1]] = [kind_of[x] for x in deps]
         missing = got < live
         if missing.any():
             atom = lo + int(np.argmax(missing))
-            writer = _live_writers(schedule, atom_lo_arr, atom_hi_arr, j, s, atom, last_overwrite[s, atom])
+            overwrite = self.last_overwrite[s, atom]
+            writer = _live_writers(self.schedule, self.atom_lo, self.atom_hi, j, s, atom, overwrite)
             lost = [w for w in writer if w not in deps]
             raise CollectiveError(
-                f"{name}: step {j} (rank {s} -> {d}) sends elements [{int(breaks[atom])}, "
-                f"{int(breaks[atom + 1])}) written by step(s) {lost} but does not depend on them "
+                f"{self.name}: step {j} (rank {s} -> {d}) sends elements [{int(self.breaks[atom])}, "
+                f"{int(self.breaks[atom + 1])}) written by step(s) {lost} but does not depend on them "
                 f"(missing dependency)"
             )
 
-        if race_check:
-            anc = 0
-            for x in deps:
-                anc |= ancestors[x] | (1 << x)
-            ancestors.append(anc)
-            _check_races(name, j, s, d, lo, hi, bool(red_l[j]), anc, atoms, last_overwrite, readers, reducers)
+    def check_races(self, j: int, deps: list[int]) -> None:
+        """No write to an element may race an earlier read or overwrite of it."""
+        anc = 0
+        for x in deps:
+            anc |= self.ancestors[x] | (1 << x)
+        self.ancestors.append(anc)
+        s, d, lo, hi = self.where[j]
+        reduce = bool(self.red_l[j])
+        state = (self.atoms, self.last_overwrite, self.readers, self.reducers)
+        _check_races(self.name, j, s, d, lo, hi, reduce, anc, *state)
 
-        # Contributions and data.
+    def apply(self, j: int) -> None:
+        """Move the data and the contributions of step ``j``, rejecting data its sender does not
+        hold and contributions its receiver already has."""
+        s, d, lo, hi = self.where[j]
+        name, breaks, mask = self.name, self.breaks, self.mask
         sent_mask = mask[s, lo:hi]
         if lo < hi and not sent_mask.any(axis=1).all():
             atom = lo + int(np.argmin(sent_mask.any(axis=1)))
@@ -312,8 +332,8 @@ def _execute(
                 f"{name}: step {j} sends elements [{int(breaks[atom])}, {int(breaks[atom + 1])}) "
                 f"that rank {s} has not received yet"
             )
-        a, b = off_l[j], end_l[j]
-        if red_l[j]:
+        a, b = self.off_l[j], self.end_l[j]
+        if self.red_l[j]:
             recv_mask = mask[d, lo:hi]
             twice = recv_mask & sent_mask
             if twice.any():
@@ -324,16 +344,13 @@ def _execute(
                     f"[{int(breaks[lo + atom])}, {int(breaks[lo + atom + 1])}) of rank {d} a second time"
                 )
             recv_mask |= sent_mask
-            data[d][a:b] += data[s][a:b]
-            reductions[d, lo:hi] += 1
+            self.data[d][a:b] += self.data[s][a:b]
+            self.reductions[d, lo:hi] += 1
         else:
             mask[d, lo:hi] = sent_mask
-            data[d][a:b] = data[s][a:b]
-            last_overwrite[d, lo:hi] = j
-            reductions[d, lo:hi] = 0
-
-    _check_final(schedule, mask, breaks)
-    return kinds
+            self.data[d][a:b] = self.data[s][a:b]
+            self.last_overwrite[d, lo:hi] = j
+            self.reductions[d, lo:hi] = 0
 
 
 def _live_writers(

@@ -24,13 +24,23 @@ previous round's steps of both ranks it involves (the fold counts as the round b
 halving round, the last doubling round as the one before the unfold). Without them a participant
 that no rank folded into would run ahead into its next rounds and compete for a port with its
 partner's fold; with them every round starts once both partners finished the last one, the
-textbook timing of :func:`parplan.engine.analytic.allreduce_time`. (When the tensor has fewer
-elements than ``p'`` some steps are empty and dropped, and the order they carried with them.)
+textbook timing of the closed form below. (When the tensor has fewer elements than ``p'`` some
+steps are empty and dropped, and the order they carried with them.)
+
+Closed form: ``2 log2(p') alpha + 2(p'-1)/p' n beta + (p'-1)/p' n gamma``, plus ``2 alpha + 2 n
+beta + n gamma`` for the fold-in and fold-out when ``p != p'``; exact for any p. Traffic:
+``2 (p'-1)/p' n`` per participant for ``p'`` dividing ``n``, plus ``n`` each way between a folded
+rank and its partner.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
+import numpy as np
+
 from parplan.collectives._build import StepBuffer, WriteLog, check_sizes
+from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
 from parplan.collectives.schedule import Schedule, chunk_bounds
 
 HD_PHASES = ("fold", "reduce_scatter", "all_gather", "unfold")
@@ -101,3 +111,78 @@ def halving_doubling_all_reduce(num_ranks: int, num_elements: int) -> Schedule:
         phase_names=HD_PHASES,
         meta={"participants": pp, "folded": extra},
     )
+
+
+def halving_doubling_traffic(num_ranks: int, num_elements: int) -> Traffic:
+    """Per-rank (sent, received) elements, from the definition (see the module docstring)."""
+    p, n = num_ranks, num_elements
+    pp = 1 << (p.bit_length() - 1)
+    extra = p - pp
+    c = np.diff(chunk_bounds(n, pp))
+    prefix = np.concatenate([[0], np.cumsum(c)])
+    part_sent = np.zeros(pp, dtype=np.int64)
+    part_recv = np.zeros(pp, dtype=np.int64)
+    for i in range(pp):
+        kept = 0
+        block = pp // 2
+        while block >= 1:  # the block of `block` chunks around i that i keeps at each halving
+            lo = (i // block) * block
+            kept += int(prefix[lo + block] - prefix[lo])
+            block //= 2
+        # Halving sends what it gives away (n - own chunk); doubling sends what it kept.
+        part_sent[i] = (n - c[i]) + kept
+        part_recv[i] = kept + (n - c[i])
+    sent = np.zeros(p, dtype=np.int64)
+    received = np.zeros(p, dtype=np.int64)
+    actual = [2 * i for i in range(extra)] + list(range(2 * extra, p))
+    sent[actual] = part_sent
+    received[actual] = part_recv
+    for i in range(extra):
+        sent[2 * i + 1] += n
+        received[2 * i + 1] += n
+        sent[2 * i] += n
+        received[2 * i] += n
+    return sent, received
+
+
+class HalvingDoublingAlgorithm(AlgorithmSpecBase):
+    """Recursive halving reduce-scatter then recursive doubling all-gather (Rabenseifner)."""
+
+    name: Literal["halving_doubling"]
+
+
+class HalvingDoublingAllReduce(Algorithm[HalvingDoublingAlgorithm]):
+    """Rabenseifner's all-reduce (see the module docstring)."""
+
+    name = "halving_doubling"
+    spec_type = HalvingDoublingAlgorithm
+    abbreviation = "hd"
+
+    def build(
+        self, spec: HalvingDoublingAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Schedule:
+        return halving_doubling_all_reduce(num_ranks, num_elements)
+
+    def closed_form_s(
+        self,
+        spec: HalvingDoublingAlgorithm,
+        num_ranks: int,
+        size_bytes: float,
+        cost: UniformCost,
+        groups: Groups | None,
+    ) -> float:
+        p, n = num_ranks, size_bytes
+        a, b, g = cost.alpha_s, cost.beta_s_per_byte, cost.gamma_s_per_byte
+        pp = 1 << (p.bit_length() - 1)
+        t = 2.0 * (pp.bit_length() - 1) * a + (pp - 1) / pp * n * (2.0 * b + g)
+        if pp != p:
+            t += 2.0 * a + n * (2.0 * b + g)
+        return t
+
+    def traffic(
+        self, spec: HalvingDoublingAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Traffic:
+        return halving_doubling_traffic(num_ranks, num_elements)
+
+
+ALL_REDUCE = HalvingDoublingAllReduce()

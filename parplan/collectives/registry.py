@@ -1,90 +1,204 @@
-"""The registry of all-reduce algorithms: names to schedule builders, a default, one entry point.
+"""The registry of collective algorithms: one line per algorithm module, a default, one entry point.
+
+Algorithms are registered per collective (``all_reduce``, ``reduce_scatter``, ``all_gather``,
+``reduce``, ``broadcast``); a name is unique within its collective. Everything else asks the
+registry: the config union of :mod:`parplan.collectives.specs`, the short forms, the closed forms
+of :mod:`parplan.engine.analytic`, the volumes, the data-parallel expander and ``parplan
+collective``. Adding an algorithm is a module with an :class:`~parplan.collectives.algorithm.Algorithm`
+and a ``register(...)`` line below; tests (and later plugins) may :func:`register` their own and
+:func:`unregister` them again.
 
 >>> build_schedule("tree:4", 16, 1000).meta["arity"]
 4
->>> sorted(ALGORITHMS) == sorted(ALGORITHM_NAMES)
-True
-
-Adding an algorithm is adding a module with a builder ``(num_ranks, num_elements, **params)`` and
-a line here (and its spec in :mod:`parplan.config.algorithms`).
+>>> list(ALGORITHMS)
+['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical']
+>>> get("tree").label(parse("tree:4"))
+'tree:4'
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+import functools
+import operator
+from collections.abc import Mapping
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import Field, TypeAdapter
 
-from parplan.collectives.centralized import centralized_all_reduce
-from parplan.collectives.double_binary_tree import double_binary_tree_all_reduce
-from parplan.collectives.halving_doubling import halving_doubling_all_reduce
-from parplan.collectives.hierarchical import hierarchical_all_reduce
-from parplan.collectives.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
-from parplan.collectives.schedule import Schedule
-from parplan.collectives.tree import tree_all_reduce, tree_broadcast, tree_reduce
-from parplan.config.algorithms import ALGORITHM_NAMES, parse_algorithm
+from parplan.collectives import (
+    centralized,
+    double_binary_tree,
+    halving_doubling,
+    hierarchical,
+    ring,
+    tree,
+    tree_broadcast,
+    tree_reduce,
+)
+from parplan.collectives.algorithm import Algorithm, AlgorithmLike, AlgorithmSpecBase, Groups
+from parplan.collectives.schedule import COLLECTIVES, Schedule
 from parplan.errors import CollectiveError
 
-Builder = Callable[..., Schedule]
-
-ALGORITHMS: dict[str, Builder] = {
-    "centralized": centralized_all_reduce,
-    "tree": tree_all_reduce,
-    "ring": ring_all_reduce,
-    "halving_doubling": halving_doubling_all_reduce,
-    "double_binary_tree": double_binary_tree_all_reduce,
-    "hierarchical": hierarchical_all_reduce,
-}
-"""All-reduce builders by name; each takes ``(num_ranks, num_elements, **spec parameters)``."""
+_REGISTRY: dict[str, dict[str, Algorithm[Any]]] = {c: {} for c in COLLECTIVES}
+ALGORITHMS: dict[str, Algorithm[Any]] = _REGISTRY["all_reduce"]
+"""The all-reduce algorithms by name, in registration order (a live view of the registry)."""
 
 DEFAULT_ALGORITHM = "ring"
+"""The all-reduce algorithm plans use unless they name one."""
 
-COLLECTIVE_BUILDERS: dict[str, Builder] = {
-    "reduce_scatter": ring_reduce_scatter,
-    "all_gather": ring_all_gather,
-    "reduce": tree_reduce,
-    "broadcast": tree_broadcast,
-}
-"""The standalone collectives (sharded and pipelined plans need them), by collective name."""
-
-if set(ALGORITHMS) != set(ALGORITHM_NAMES):  # pragma: no cover - a developer error, caught by tests
-    raise ImportError(f"registry {sorted(ALGORITHMS)} does not match config names {sorted(ALGORITHM_NAMES)}")
+_version = 0  # bumped by every (un)registration, so cached spec adapters are rebuilt
+_ADAPTERS: dict[str, tuple[int, TypeAdapter[Any]]] = {}
 
 
-def _unknown(name: str) -> CollectiveError:
-    return CollectiveError(f"unknown collective algorithm {name!r}; valid: {', '.join(ALGORITHMS)}")
+def register(algorithm: Algorithm[Any], *, replace: bool = False) -> Algorithm[Any]:
+    """Add ``algorithm`` under its collective and name; returns it. A name already taken is an
+    error unless ``replace``."""
+    global _version
+    table = _REGISTRY[algorithm.collective]
+    if algorithm.name in table and not replace:
+        raise CollectiveError(f"{algorithm.collective} algorithm {algorithm.name!r} is already registered")
+    table[algorithm.name] = algorithm
+    _version += 1
+    return algorithm
+
+
+def unregister(name: str, collective: str = "all_reduce") -> None:
+    """Remove an algorithm (what a test registered); unknown names are an error."""
+    global _version
+    get(name, collective)
+    del _REGISTRY[collective][name]
+    _version += 1
+
+
+def version() -> int:
+    """A number that changes whenever an algorithm is registered or unregistered (for caches)."""
+    return _version
+
+
+def algorithms(collective: str = "all_reduce") -> Mapping[str, Algorithm[Any]]:
+    """The algorithms of ``collective`` by name, in registration order."""
+    if collective not in _REGISTRY:
+        raise CollectiveError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+    return _REGISTRY[collective]
+
+
+def get(name: object, collective: str = "all_reduce") -> Algorithm[Any]:
+    """The algorithm called ``name``; an unknown name raises a :class:`CollectiveError` that lists
+    the valid ones."""
+    table = algorithms(collective)
+    if not isinstance(name, str) or name not in table:
+        what = "collective" if collective == "all_reduce" else collective
+        raise CollectiveError(f"unknown {what} algorithm {name!r}; valid: {', '.join(table)}")
+    return table[name]
+
+
+# -- specs ---------------------------------------------------------------------------------------
+
+
+def expand_short_form(value: Any, collective: str = "all_reduce") -> Any:
+    """Turn ``"tree:4"`` into ``{"name": "tree", "arity": 4}`` (the parameter the algorithm's short
+    form sets); leave anything but a string alone. Raises ``ValueError`` (pydantic reports it with
+    the file's line)."""
+    if not isinstance(value, str):
+        return value
+    table = algorithms(collective)
+    name, _, arg = value.strip().partition(":")
+    if name not in table:
+        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(table)}")
+    if not arg:
+        return {"name": name}
+    key = table[name].short_parameter
+    if key is None:
+        raise ValueError(f"algorithm {name!r} takes no parameter, got {value!r}")
+    try:
+        number = int(arg)
+    except ValueError:
+        raise ValueError(f"{value!r}: the {key} after ':' must be an integer") from None
+    return {"name": name, key: number}
+
+
+def spec_union(collective: str = "all_reduce") -> Any:
+    """The specs of every registered algorithm of ``collective`` as one type, tagged by ``name``."""
+    types = tuple(dict.fromkeys(a.spec_type for a in algorithms(collective).values()))
+    if not types:
+        raise CollectiveError(f"no {collective} algorithm is registered")
+    if len(types) == 1:
+        return types[0]
+    return Annotated[functools.reduce(operator.or_, types), Field(discriminator="name")]
+
+
+def _adapter(collective: str) -> TypeAdapter[Any]:
+    cached = _ADAPTERS.get(collective)
+    if cached is None or cached[0] != _version:
+        cached = (_version, TypeAdapter(spec_union(collective)))
+        _ADAPTERS[collective] = cached
+    return cached[1]
+
+
+def validate_spec(value: Any, collective: str = "all_reduce") -> AlgorithmSpecBase:
+    """A spec of a registered algorithm from a short form, a mapping or a spec, validated against
+    the registry as it is now. Raises pydantic's ``ValidationError`` (a ``ValueError``), with
+    locations under the algorithm's tag as in any tagged union, or ``ValueError`` for a bad short
+    form."""
+    spec: AlgorithmSpecBase = _adapter(collective).validate_python(expand_short_form(value, collective))
+    return spec
+
+
+def resolve(
+    algorithm: AlgorithmLike, collective: str = "all_reduce"
+) -> tuple[Algorithm[Any], AlgorithmSpecBase]:
+    """The algorithm and its spec from a spec, a mapping or a short form; a
+    :class:`CollectiveError` for an unknown name (listing the valid ones) or invalid parameters."""
+    if isinstance(algorithm, str | Mapping):
+        raw = algorithm if isinstance(algorithm, str) else algorithm.get("name")
+        name = raw.partition(":")[0].strip() if isinstance(raw, str) else raw
+        found = get(name, collective)
+        try:
+            spec = validate_spec(algorithm if isinstance(algorithm, str) else dict(algorithm), collective)
+        except ValueError as exc:
+            errors = getattr(exc, "errors", None)
+            message = errors()[0]["msg"] if callable(errors) else str(exc)
+            raise CollectiveError(f"invalid algorithm {algorithm!r}: {message}") from None
+        return found, spec
+    found = get(getattr(algorithm, "name", None), collective)
+    if not isinstance(algorithm, found.spec_type):
+        raise CollectiveError(f"{algorithm!r} is not a spec of the {collective} algorithm {found.name!r}")
+    return found, algorithm
+
+
+def parse(value: AlgorithmLike, collective: str = "all_reduce") -> AlgorithmSpecBase:
+    """The spec of ``value`` (see :func:`resolve`)."""
+    return resolve(value, collective)[1]
 
 
 def build_schedule(
-    algorithm: Any,
+    algorithm: AlgorithmLike,
     num_ranks: int,
     num_elements: int,
     *,
-    groups: Sequence[Sequence[int]] | None = None,
+    groups: Groups | None = None,
+    collective: str = "all_reduce",
 ) -> Schedule:
-    """The all-reduce schedule of ``algorithm`` (a spec from :mod:`parplan.config.algorithms`, or a
-    short form such as ``"ring"`` or ``"tree:4"``) for ``num_ranks`` ranks and ``num_elements``.
+    """The schedule of ``algorithm`` (a spec, a mapping, or a short form such as ``"ring"`` or
+    ``"tree:4"``) for ``num_ranks`` ranks and ``num_elements``.
 
-    ``groups`` (lists of ranks, e.g. one per node) is used by ``hierarchical`` when its spec gives
-    no ``group_size``, and by ``ring`` to lay its channels' rings out node by node (and, with
-    ``channels`` unset, to pick one ring per device of the largest node); other algorithms ignore
-    it. Raises :class:`CollectiveError` for an unknown algorithm (listing the valid ones) or
-    impossible parameters.
+    ``groups`` (lists of ranks, e.g. one per node) reach the algorithms that use them (see
+    :meth:`~parplan.collectives.algorithm.Algorithm.uses_groups`): ``hierarchical`` without a
+    ``group_size``, and ``ring`` to lay its channels' rings out node by node. Raises
+    :class:`CollectiveError` for an unknown algorithm (listing the valid ones) or impossible
+    parameters.
     """
-    if isinstance(algorithm, str | dict):
-        raw = algorithm if isinstance(algorithm, str) else algorithm.get("name")
-        name = raw.partition(":")[0].strip() if isinstance(raw, str) else raw
-        if name not in ALGORITHMS:
-            raise _unknown(str(name))
-        try:
-            algorithm = parse_algorithm(algorithm)
-        except ValidationError as exc:
-            raise CollectiveError(f"invalid algorithm {algorithm!r}: {exc.errors()[0]['msg']}") from None
-    name = getattr(algorithm, "name", None)
-    if name not in ALGORITHMS:
-        raise _unknown(str(name))
-    params: dict[str, Any] = algorithm.model_dump(exclude={"name"}, by_alias=False)
-    if name in ("hierarchical", "ring"):
-        params["groups"] = groups
-    return ALGORITHMS[name](num_ranks, num_elements, **params)
+    found, spec = resolve(algorithm, collective)
+    return found.build(spec, num_ranks, num_elements, groups)
+
+
+register(centralized.ALL_REDUCE)
+register(tree.ALL_REDUCE)
+register(ring.ALL_REDUCE)
+register(halving_doubling.ALL_REDUCE)
+register(double_binary_tree.ALL_REDUCE)
+register(hierarchical.ALL_REDUCE)
+register(ring.REDUCE_SCATTER)
+register(ring.ALL_GATHER)
+register(tree_reduce.REDUCE)
+register(tree_broadcast.BROADCAST)

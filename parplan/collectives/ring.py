@@ -26,6 +26,10 @@ the rings all run ``0 -> 1 -> ... -> p-1`` and channels only split the tensor. E
 vectorised block above, offset by the steps of the rings before it; rings on disjoint parts of
 the tensor need no dependency between them.
 
+Closed form (:class:`RingAllReduce`): ``2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma`` for any
+number of channels; the halves alone take half the alphas and betas (the reduce-scatter all the
+gammas). Volumes: :func:`ring_traffic`.
+
 >>> ring_orders(6, 3, [[0, 1, 2], [3, 4, 5]])
 [[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3], [2, 0, 1, 5, 3, 4]]
 """
@@ -33,10 +37,21 @@ the tensor need no dependency between them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
+from pydantic import Field
 
-from parplan.collectives._build import AnyIntArray, check_sizes, make_schedule, merge_csr, resolve_groups
+from parplan.collectives._build import AnyIntArray, check_sizes, make_schedule, merge_csr
+from parplan.collectives.algorithm import (
+    Algorithm,
+    AlgorithmSpecBase,
+    Groups,
+    Traffic,
+    UniformCost,
+    zero_traffic,
+)
+from parplan.collectives.groups import resolve_groups
 from parplan.collectives.schedule import IntArray, Schedule, chunk_bounds
 from parplan.errors import CollectiveError
 
@@ -251,3 +266,152 @@ def ring_reduce_scatter(num_ranks: int, num_elements: int) -> Schedule:
 def ring_all_gather(num_ranks: int, num_elements: int) -> Schedule:
     """Ring all-gather: rank r starts with chunk r and every rank ends with the whole tensor."""
     return _ring_schedule(num_ranks, num_elements, "all_gather", False, True)
+
+
+def ring_traffic(
+    num_ranks: int, num_elements: int, *, channels: int = 1, groups: Sequence[Sequence[int]] | None = None
+) -> Traffic:
+    """Per-rank (sent, received) elements of the ring all-reduce on ``channels`` rings.
+
+    Ring ``c`` all-reduces part ``c`` of ``chunk_bounds(n, channels)`` over its rank order: ranks
+    ``0 .. p-1`` without ``groups``, else the groups in order, each rotated to start at its member
+    ``c mod len(group)`` (the layout of :func:`ring_orders`, restated here so the tests check the
+    schedule against its definition). The rank at ring position ``i`` sends
+    ``2 n_c - c_i - c_{i+1}`` and receives ``2 n_c - c_{i-1} - c_i`` (``c`` its ring's chunks).
+    """
+    p = num_ranks
+    sent, received = zero_traffic(p)
+    if p == 1:
+        return sent, received
+    members = None if groups is None else resolve_groups(p, groups)
+    parts = np.diff(chunk_bounds(num_elements, channels))
+    for c, part in enumerate(parts.tolist()):
+        order = (
+            list(range(p))
+            if members is None
+            else [g[(c + i) % len(g)] for g in members for i in range(len(g))]
+        )
+        chunks = np.diff(chunk_bounds(part, p))
+        sent[order] += 2 * part - chunks - np.roll(chunks, -1)
+        received[order] += 2 * part - np.roll(chunks, 1) - chunks
+    return sent, received
+
+
+def ring_time_s(num_ranks: int, size_bytes: float, alpha_s: float, beta_s: float, gamma_s: float) -> float:
+    """The ring all-reduce's closed form: ``2(p-1)(alpha + n/p beta) + (p-1) n/p gamma``."""
+    p = num_ranks
+    if p <= 1:
+        return 0.0
+    chunk = size_bytes / p
+    return 2.0 * (p - 1) * (alpha_s + chunk * beta_s) + (p - 1) * chunk * gamma_s
+
+
+class RingAlgorithm(AlgorithmSpecBase):
+    """Reduce-scatter then all-gather around a ring, p slices, on ``channels`` rings at once.
+
+    Each channel (NCCL's word) is a ring over every rank carrying its own part of the tensor; the
+    rings go through each node's devices consecutively, each entering and leaving the node through
+    a different device, so several channels use several NICs per node. ``None`` (the default)
+    picks one ring per device of the largest node (NCCL on a DGX runs about that many), or one
+    ring without nodes to follow. Short form ``"ring:8"`` for 8 channels.
+    """
+
+    name: Literal["ring"]
+    channels: int | None = Field(default=None, ge=1)
+
+
+class RingAllReduce(Algorithm[RingAlgorithm]):
+    """The ring all-reduce: ``2(p-1) alpha + 2(p-1)/p n beta + (p-1)/p n gamma`` whatever its number
+    of channels (C rings in step, each on n/C bytes, share each port C ways: the same time; with
+    gamma > 0 the engine overlaps one channel's reductions with another's transfers, so there the
+    closed form is an upper bound). Groups lay the channels' rings out node by node."""
+
+    name = "ring"
+    spec_type = RingAlgorithm
+    short_parameter = "channels"
+
+    def variants(self, num_ranks: int) -> tuple[RingAlgorithm, ...]:
+        return (self.default_spec(), RingAlgorithm(name="ring", channels=3))
+
+    def uses_groups(self, spec: RingAlgorithm) -> bool:
+        return True  # one ring per device of a node, each leaving the node through its own NIC
+
+    def build(
+        self, spec: RingAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Schedule:
+        return ring_all_reduce(num_ranks, num_elements, channels=spec.channels, groups=groups)
+
+    def closed_form_s(
+        self, spec: RingAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
+    ) -> float:
+        return ring_time_s(num_ranks, size_bytes, cost.alpha_s, cost.beta_s_per_byte, cost.gamma_s_per_byte)
+
+    def traffic(
+        self, spec: RingAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Traffic:
+        channels = ring_channels(num_ranks, spec.channels, groups)
+        return ring_traffic(num_ranks, num_elements, channels=channels, groups=groups)
+
+
+class RingHalfSpec(AlgorithmSpecBase):
+    """A ring reduce-scatter or all-gather: no parameters."""
+
+    name: Literal["ring"]
+
+
+class RingReduceScatter(Algorithm[RingHalfSpec]):
+    """The reduce-scatter half of the ring: ``(p-1)(alpha + n/p (beta + gamma))``."""
+
+    name = "ring"
+    collective = "reduce_scatter"
+    spec_type = RingHalfSpec
+
+    def build(
+        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Schedule:
+        return ring_reduce_scatter(num_ranks, num_elements)
+
+    def closed_form_s(
+        self, spec: RingHalfSpec, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
+    ) -> float:
+        chunk = size_bytes / num_ranks
+        return (num_ranks - 1) * (cost.alpha_s + chunk * (cost.beta_s_per_byte + cost.gamma_s_per_byte))
+
+    def traffic(
+        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Traffic:
+        if num_ranks == 1:
+            return zero_traffic(1)
+        c = np.diff(chunk_bounds(num_elements, num_ranks))
+        return num_elements - c, num_elements - np.roll(c, 1)  # all but its own / but r-1's chunk
+
+
+class RingAllGather(Algorithm[RingHalfSpec]):
+    """The all-gather half of the ring: ``(p-1)(alpha + n/p beta)``."""
+
+    name = "ring"
+    collective = "all_gather"
+    spec_type = RingHalfSpec
+
+    def build(
+        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Schedule:
+        return ring_all_gather(num_ranks, num_elements)
+
+    def closed_form_s(
+        self, spec: RingHalfSpec, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
+    ) -> float:
+        return (num_ranks - 1) * (cost.alpha_s + size_bytes / num_ranks * cost.beta_s_per_byte)
+
+    def traffic(
+        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Traffic:
+        if num_ranks == 1:
+            return zero_traffic(1)
+        c = np.diff(chunk_bounds(num_elements, num_ranks))
+        return num_elements - np.roll(c, -1), num_elements - c  # all but chunk r+1 / but its own
+
+
+ALL_REDUCE = RingAllReduce()
+REDUCE_SCATTER = RingReduceScatter()
+ALL_GATHER = RingAllGather()

@@ -1,4 +1,6 @@
-"""Tree collectives: k-ary tree all-reduce, and tree (binomial or k-ary) reduce and broadcast.
+"""The k-ary tree all-reduce, and the tree machinery every tree-shaped schedule shares (the
+standalone reduce and broadcast in :mod:`~parplan.collectives.tree_reduce` and
+:mod:`~parplan.collectives.tree_broadcast`, the double binary tree, hierarchical's groups).
 
 A tree is a parent array over positions ``0 .. m-1`` with the root at position 0; position ``v``
 is rank ``ranks[v]``. The tensor is cut into ``segments`` contiguous segments that form a
@@ -24,13 +26,24 @@ plane (:mod:`parplan.collectives.dataplane`) accepts beside data and anti-depend
 
 The k-ary tree is the heap layout (parent of ``v`` is ``(v - 1) // k``); the binomial tree clears
 the lowest set bit (parent of ``v`` is ``v & (v - 1)``), giving depth ``ceil(log2 m)``.
+
+Closed forms are evaluated on the tree's shapes (:mod:`parplan.collectives._tree_cost`, compiled
+once per tree here), exact on a uniform group for any arity and segments. Traffic: each tree edge
+carries the tensor up and down.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
 
 from parplan.collectives._build import StepBuffer, check_sizes
+from parplan.collectives._tree_cost import TreePlan, TreeShapes, compile_plan, plan_time, shapes_from_parents
+from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
 from parplan.collectives.schedule import Schedule, chunk_bounds
 from parplan.errors import CollectiveError
 
@@ -134,7 +147,8 @@ def emit_tree_broadcast(
             previous[v] = [received[v]]
 
 
-def _check_tree_params(num_ranks: int, root: int, arity: int | None, segments: int) -> None:
+def check_tree_params(num_ranks: int, root: int, arity: int | None, segments: int) -> None:
+    """Reject an arity below 2, no segments, or a root that is not a rank."""
     if arity is not None and arity < 2:
         raise CollectiveError(f"tree arity must be >= 2, got {arity}")
     if segments < 1:
@@ -143,15 +157,18 @@ def _check_tree_params(num_ranks: int, root: int, arity: int | None, segments: i
         raise CollectiveError(f"root {root} is not a rank of a {num_ranks}-rank collective")
 
 
-def _layout(num_ranks: int, root: int, arity: int | None) -> tuple[list[int], list[int], str]:
+def tree_layout(num_ranks: int, root: int, arity: int | None) -> tuple[list[int], list[int], str]:
+    """``(ranks, parents, shape name)`` of a binomial (``arity=None``) or k-ary tree rooted at
+    ``root``: position ``v`` is rank ``(v + root) mod p``."""
     parents = binomial_parents(num_ranks) if arity is None else kary_parents(num_ranks, arity)
     ranks = [(v + root) % num_ranks for v in range(num_ranks)]
     return ranks, parents, "binomial" if arity is None else f"{arity}-ary"
 
 
-def _meta(
+def tree_meta(
     ranks: list[int], parents: list[int], shape: str, segments: int, arity: int | None
 ) -> dict[str, object]:
+    """The ``meta`` of a tree schedule: its shape, arity, segments and each rank's parent rank."""
     parent_rank = [-1] * len(ranks)
     for v in range(1, len(ranks)):
         parent_rank[ranks[v]] = ranks[parents[v]]
@@ -172,8 +189,8 @@ def tree_all_reduce(num_ranks: int, num_elements: int, *, arity: int = 2, segmen
     (12, (-1, 0, 0, 1, 1, 2, 2))
     """
     check_sizes(num_ranks, num_elements)
-    _check_tree_params(num_ranks, 0, arity, segments)
-    ranks, parents, shape = _layout(num_ranks, 0, arity)
+    check_tree_params(num_ranks, 0, arity, segments)
+    ranks, parents, shape = tree_layout(num_ranks, 0, arity)
     bounds = chunk_bounds(num_elements, segments).tolist()
     buf = StepBuffer()
     into_root = emit_tree_reduce(buf, ranks, parents, bounds, 0)
@@ -185,25 +202,13 @@ def tree_all_reduce(num_ranks: int, num_elements: int, *, arity: int = 2, segmen
         num_elements=num_elements,
         phase_names=TREE_PHASES,
         root=0,
-        meta=_meta(ranks, parents, shape, segments, arity),
+        meta=tree_meta(ranks, parents, shape, segments, arity),
     )
 
 
-def tree_reduce(
-    num_ranks: int, num_elements: int, *, root: int = 0, arity: int | None = None, segments: int = 1
-) -> Schedule:
-    """Reduce to ``root`` up a binomial tree (``arity=None``) or a k-ary tree."""
-    return _one_way("reduce", emit_tree_reduce, num_ranks, num_elements, root, arity, segments)
 
 
-def tree_broadcast(
-    num_ranks: int, num_elements: int, *, root: int = 0, arity: int | None = None, segments: int = 1
-) -> Schedule:
-    """Broadcast from ``root`` down a binomial tree (``arity=None``) or a k-ary tree."""
-    return _one_way("broadcast", emit_tree_broadcast, num_ranks, num_elements, root, arity, segments)
-
-
-def _one_way(
+def one_way_schedule(
     collective: str,
     emit: Callable[..., object],
     num_ranks: int,
@@ -214,8 +219,8 @@ def _one_way(
 ) -> Schedule:
     """A reduce or a broadcast alone: one phase of the tree, named after the collective."""
     check_sizes(num_ranks, num_elements)
-    _check_tree_params(num_ranks, root, arity, segments)
-    ranks, parents, shape = _layout(num_ranks, root, arity)
+    check_tree_params(num_ranks, root, arity, segments)
+    ranks, parents, shape = tree_layout(num_ranks, root, arity)
     buf = StepBuffer()
     emit(buf, ranks, parents, chunk_bounds(num_elements, segments).tolist(), 0)
     return buf.build(
@@ -225,5 +230,92 @@ def _one_way(
         num_elements=num_elements,
         phase_names=(collective,),
         root=root,
-        meta=_meta(ranks, parents, shape, segments, arity),
+        meta=tree_meta(ranks, parents, shape, segments, arity),
     )
+
+
+# -- volumes and closed forms ----------------------------------------------------------------------
+
+
+def tree_traffic(parent_by_rank: Sequence[int], size: int) -> Traffic:
+    """A reduce plus broadcast of ``size`` elements on a tree: each edge carries it up and down."""
+    p = len(parent_by_rank)
+    children = np.bincount([u for u in parent_by_rank if u >= 0], minlength=p).astype(np.int64)
+    has_parent = np.array([u >= 0 for u in parent_by_rank], dtype=np.int64)
+    per_rank = size * (children + has_parent)
+    return per_rank, per_rank.copy()
+
+
+@lru_cache(maxsize=512)
+def _kary_shapes(p: int, arity: int) -> TreeShapes:
+    return shapes_from_parents(kary_parents(p, arity))
+
+
+@lru_cache(maxsize=512)
+def _binomial_shapes(m: int) -> TreeShapes:
+    return shapes_from_parents(binomial_parents(m))
+
+
+@lru_cache(maxsize=1024)
+def kary_plan(p: int, arity: int, shared_port: bool) -> TreePlan:
+    """The compiled closed form of the k-ary heap tree on ``p`` ranks (cached)."""
+    return compile_plan(_kary_shapes(p, arity), shared_port)
+
+
+@lru_cache(maxsize=1024)
+def binomial_plan(m: int, shared_port: bool) -> TreePlan:
+    """The compiled closed form of the binomial tree on ``m`` ranks (cached)."""
+    return compile_plan(_binomial_shapes(m), shared_port)
+
+
+def tree_plan(num_ranks: int, arity: int | None, shared_port: bool) -> TreePlan:
+    """The binomial (``arity=None``) or k-ary tree's compiled closed form."""
+    if arity is None:
+        return binomial_plan(num_ranks, shared_port)
+    if arity < 2:
+        raise CollectiveError(f"tree arity must be >= 2, got {arity}")
+    return kary_plan(num_ranks, arity, shared_port)
+
+
+# -- the algorithm ---------------------------------------------------------------------------------
+
+
+class TreeAlgorithm(AlgorithmSpecBase):
+    """Reduce up a k-ary tree and broadcast back down, optionally pipelined in ``segments``."""
+
+    name: Literal["tree"]
+    arity: int = Field(default=2, ge=2)
+    segments: int = Field(default=1, ge=1)
+
+
+class TreeAllReduce(Algorithm[TreeAlgorithm]):
+    """The k-ary tree all-reduce: the reduce up the heap tree, then the broadcast down it, timed on
+    the tree's shapes (:mod:`parplan.collectives._tree_cost`); exact for any arity and segments."""
+
+    name = "tree"
+    spec_type = TreeAlgorithm
+    short_parameter = "arity"
+
+    def variants(self, num_ranks: int) -> tuple[TreeAlgorithm, ...]:
+        return (self.default_spec(), TreeAlgorithm(name="tree", arity=3, segments=3))
+
+    def build(
+        self, spec: TreeAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Schedule:
+        return tree_all_reduce(num_ranks, num_elements, arity=spec.arity, segments=spec.segments)
+
+    def closed_form_s(
+        self, spec: TreeAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
+    ) -> float:
+        plan = kary_plan(num_ranks, spec.arity, cost.shared_port)
+        a, b, g = cost.alpha_s, cost.beta_s_per_byte, cost.gamma_s_per_byte
+        up, down = plan_time(plan, spec.segments, size_bytes, a, b, g)
+        return up + down
+
+    def traffic(
+        self, spec: TreeAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Traffic:
+        return tree_traffic(kary_parents(num_ranks, spec.arity), num_elements)
+
+
+ALL_REDUCE = TreeAllReduce()

@@ -16,7 +16,7 @@ from pydantic import Field, GetJsonSchemaHandler, PlainValidator, ValidationInfo
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
-from parplan.config.algorithms import AlgorithmSpec, RingAlgorithm
+from parplan.collectives.specs import AlgorithmSpec, RingAlgorithm
 from parplan.config.units import Bytes
 from parplan.errors import PlanError
 from parplan.pipeline import registry as pipeline_registry

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from parplan.collectives.groups import check_groups
 from parplan.errors import TopologyError
 from parplan.topology.network import Network
 
@@ -34,7 +35,7 @@ class Placement:
         if not self.devices:
             raise TopologyError("a placement needs at least one device")
         _check_distinct(self.devices)
-        check_groups(self.groups, len(self.devices))
+        check_groups(self.groups, len(self.devices), error=TopologyError)
         group = [0] * len(self.devices)
         for i, g in enumerate(self.groups):
             for r in g:
@@ -142,23 +143,6 @@ def groups_by_stage(num_replicas: int, num_stages: int) -> list[list[int]]:
     if num_replicas < 1 or num_stages < 1:
         raise TopologyError(f"need >= 1 replica and stage, got {num_replicas} and {num_stages}")
     return [[r * num_stages + s for r in range(num_replicas)] for s in range(num_stages)]
-
-
-def check_groups(groups: Sequence[Sequence[int]], p: int) -> None:
-    """Raise :class:`TopologyError` unless ``groups`` are non-empty and partition ranks ``0..p-1``."""
-    seen: set[int] = set()
-    for i, g in enumerate(groups):
-        if not g:
-            raise TopologyError(f"group {i} is empty")
-        for r in g:
-            if not 0 <= r < p:
-                raise TopologyError(f"group {i} names rank {r}, out of range: outside 0..{p - 1}")
-            if r in seen:
-                raise TopologyError(f"rank {r} is in more than one group")
-            seen.add(r)
-    if len(seen) != p:
-        missing = sorted(set(range(p)) - seen)
-        raise TopologyError(f"ranks {missing[:8]} are in no group (missing {missing[:8]} of 0..{p - 1})")
 
 
 def _check_distinct(devices: Sequence[str]) -> None:

@@ -140,6 +140,8 @@ def test_trace(tmp_path: Path) -> None:
         (["--analytic", "--trace", "x.json"], 2, "drop --analytic"),
         (["-d", "float8"], 2, "unknown dtype"),
         (["-b", "1MiB", "-e", "1KiB"], 1, "below its start"),
+        (["-a", "tree:1"], 1, "invalid algorithm 'tree:1': arity: Input should be greater than or equal"),
+        (["-a", "ring,tree:x"], 1, "the arity after ':' must be an integer"),
     ],
 )
 def test_errors(args: list[str], code: int, message: str) -> None:
@@ -147,6 +149,7 @@ def test_errors(args: list[str], code: int, message: str) -> None:
     assert result.exit_code == code, result.output
     assert message in result.output
     assert "Traceback" not in result.output
+    assert "pydantic" not in result.output
 
 
 def test_missing_cluster_file() -> None:

@@ -10,7 +10,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from parplan.collectives.dataplane import DEP_DATA, DEP_KINDS, DEP_SPURIOUS, run_schedule
-from parplan.collectives.registry import ALGORITHMS, COLLECTIVE_BUILDERS, build_schedule
+from parplan.collectives.registry import ALGORITHMS, build_schedule
+from parplan.collectives.ring import ring_all_gather
 from parplan.collectives.schedule import Schedule
 from parplan.errors import CollectiveError
 from tests.collectives.cases import Step, dep_lists, hand_schedule, with_deps
@@ -150,7 +151,7 @@ def test_sending_data_not_yet_received_is_caught() -> None:
 
 
 def test_all_gather_reordered_without_deps_is_caught() -> None:
-    schedule = COLLECTIVE_BUILDERS["all_gather"](5, 10)
+    schedule = ring_all_gather(5, 10)
     deps = dep_lists(schedule)
     deps[7] = []  # step 7 forwards a chunk delivered by an earlier step
     with pytest.raises(CollectiveError, match="missing dependency"):
@@ -182,7 +183,7 @@ def test_bad_inputs_are_rejected() -> None:
     with pytest.raises(CollectiveError, match="op must be"):
         run_schedule(schedule, [np.ones(4)] * 3, op="max")  # type: ignore[arg-type]
     with pytest.raises(CollectiveError, match=r"mean.*all_gather"):
-        run_schedule(COLLECTIVE_BUILDERS["all_gather"](3, 4), [np.ones(4)] * 3, op="mean")
+        run_schedule(ring_all_gather(3, 4), [np.ones(4)] * 3, op="mean")
 
 
 def test_inputs_are_not_modified_and_element_size_scales_bytes() -> None:

@@ -7,15 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from parplan.collectives.registry import COLLECTIVE_BUILDERS
+from parplan.collectives.registry import build_schedule
+from parplan.collectives.ring import ring_all_gather, ring_reduce_scatter
 from parplan.collectives.schedule import chunk_bounds
-from parplan.collectives.tree import tree_all_reduce, tree_broadcast, tree_reduce
+from parplan.collectives.tree import tree_all_reduce
+from parplan.collectives.tree_broadcast import tree_broadcast
+from parplan.collectives.tree_reduce import tree_reduce
 from parplan.collectives.volumes import collective_traffic
 from parplan.errors import CollectiveError
 from tests.collectives.cases import FLOAT_DTYPES, INT_DTYPES, SEEDS, inputs, run_and_check, sizes
 
+STANDALONE = ("all_gather", "broadcast", "reduce", "reduce_scatter")
 
-@pytest.mark.parametrize("collective", sorted(COLLECTIVE_BUILDERS))
+
+@pytest.mark.parametrize("collective", STANDALONE)
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_standalone_collectives(collective: str, data: st.DataObject) -> None:
@@ -27,14 +32,14 @@ def test_standalone_collectives(collective: str, data: st.DataObject) -> None:
             "arity": data.draw(st.one_of(st.none(), st.integers(2, 4))),
             "segments": data.draw(st.integers(1, 3)),
         }
-    schedule = COLLECTIVE_BUILDERS[collective](p, n, **kwargs)
+    name = "ring" if collective in ("all_gather", "reduce_scatter") else "tree"
+    schedule = build_schedule({"name": name, **kwargs}, p, n, collective=collective)
     assert schedule.collective == collective
     schedule.validate()
     dtype = data.draw(st.sampled_from(INT_DTYPES + FLOAT_DTYPES))
     arrays = inputs(data.draw(SEEDS), p, n, dtype)
     result = run_and_check(schedule, arrays)
-    kw = {k: v for k, v in kwargs.items() if k != "segments"}
-    sent, received = collective_traffic(collective, p, n, **kw)  # type: ignore[arg-type]
+    sent, received = collective_traffic(collective, p, n, {"name": name, **kwargs})
     itemsize = np.dtype(dtype).itemsize
     np.testing.assert_array_equal(result.bytes_sent, sent * itemsize)
     np.testing.assert_array_equal(result.bytes_received, received * itemsize)
@@ -46,7 +51,7 @@ def test_standalone_collectives(collective: str, data: st.DataObject) -> None:
 def test_reduce_scatter_leaves_rank_r_with_chunk_r() -> None:
     p, n = 5, 13
     arrays = [np.arange(n) * (r + 1) for r in range(p)]
-    result = run_and_check(COLLECTIVE_BUILDERS["reduce_scatter"](p, n), arrays)
+    result = run_and_check(ring_reduce_scatter(p, n), arrays)
     bounds = chunk_bounds(n, p)
     total = np.sum(arrays, axis=0)
     for r in range(p):
@@ -75,7 +80,7 @@ def test_binomial_tree_depth_is_logarithmic() -> None:
         (lambda: tree_all_reduce(4, 4, arity=1), "arity must be >= 2"),
         (lambda: tree_all_reduce(4, 4, segments=0), "segments must be >= 1"),
         (lambda: tree_broadcast(0, 4), "at least one rank"),
-        (lambda: COLLECTIVE_BUILDERS["all_gather"](3, -1), "num_elements must be >= 0"),
+        (lambda: ring_all_gather(3, -1), "num_elements must be >= 0"),
     ],
 )
 def test_builder_parameter_errors(call: object, message: str) -> None:

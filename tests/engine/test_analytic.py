@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -12,16 +11,21 @@ from hypothesis import strategies as st
 
 from parplan.collectives.double_binary_tree import double_binary_tree_all_reduce
 from parplan.collectives.registry import ALGORITHMS, build_schedule
-from parplan.collectives.tree import tree_broadcast, tree_reduce
-from parplan.config.algorithms import HierarchicalAlgorithm, RingAlgorithm, TreeAlgorithm, parse_algorithm
+from parplan.collectives.tree_broadcast import tree_broadcast, tree_broadcast_time
+from parplan.collectives.tree_reduce import tree_reduce, tree_reduce_time
+from parplan.config.algorithms import (
+    DoubleBinaryTreeAlgorithm,
+    HierarchicalAlgorithm,
+    RingAlgorithm,
+    TreeAlgorithm,
+    parse_algorithm,
+)
 from parplan.engine.analytic import (
     allreduce_time,
     bandwidth_lower_bound_s,
     bus_bandwidth,
     latency_lower_bound_s,
     lower_bound_s,
-    tree_broadcast_time,
-    tree_reduce_time,
 )
 from parplan.engine.simulate import simulate
 from parplan.errors import CollectiveError
@@ -206,7 +210,7 @@ def test_segmented_double_binary_tree_closed_form_is_optimistic(p: int) -> None:
         schedule = double_binary_tree_all_reduce(p, elements, segments=segments)
         graph = collective_taskgraph(schedule, net.devices, ELEMENT_BYTES)
         engine = simulate(graph, net, gamma_s_per_byte=GAMMA).makespan_s
-        spec = SimpleNamespace(name="double_binary_tree", segments=segments)
+        spec = DoubleBinaryTreeAlgorithm(name="double_binary_tree", segments=segments)
         analytic = allreduce_time(
             spec,
             p,

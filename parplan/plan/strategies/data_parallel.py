@@ -18,10 +18,11 @@ One step, per replica ``r`` on device ``d_r``:
    waits for the end of backward. Either way a replica runs its buckets' all-reduces one after
    another, in bucket order (one communication stream per rank, as NCCL does), so the only difference
    overlap makes is when each bucket may start.
-4. **All-reduce** of each bucket with ``aggregation.algorithm``: the schedule from
-   :func:`parplan.collectives.registry.build_schedule` on the replica devices (``hierarchical``
-   groups them by node with :func:`parplan.topology.placement.groups_by_node` unless it gives a
-   ``group_size``), lowered into the step with :func:`parplan.plan.collective.lower_schedule`.
+4. **All-reduce** of each bucket with ``aggregation.algorithm``: the algorithm's schedule (from
+   :func:`parplan.collectives.registry.get`) on the replica devices, grouped by node with
+   :func:`parplan.topology.placement.groups_by_node` when the algorithm uses groups (ring; and
+   hierarchical unless it gives a ``group_size``), lowered into the step with
+   :func:`parplan.plan.collective.lower_schedule`.
    ``reduce``: ``sum``, ``mean`` (scale by 1/n) and ``weighted_by_samples`` (each replica scales its
    gradient by its share of the batch before the sum) move the same bytes; the scaling is one
    elementwise pass over the gradients, negligible next to the optimizer's several, and not charged.
@@ -49,9 +50,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from parplan.config.algorithms import algorithm_label
+from parplan.collectives.algorithm import AlgorithmSpecBase
+from parplan.collectives.schedule import Schedule
 from parplan.config.strategy import DataParallelStrategy
 from parplan.errors import InfeasiblePlanError, PlanError, RuntimeCheckError
 from parplan.plan.base import CollectiveInfo, MemoryBreakdown, PlanContext, PlanWork
@@ -131,7 +132,7 @@ def allreduce_buckets(
     ctx: PlanContext,
     buckets: Sequence[Bucket],
     devices: Sequence[str],
-    algorithm: Any,
+    algorithm: AlgorithmSpecBase,
     ready: Sequence[Sequence[Sequence[int]]],
     *,
     label: str = "allreduce",
@@ -141,26 +142,24 @@ def allreduce_buckets(
     ``ready[k][r]`` are the tasks rank ``r`` waits for before its part of bucket ``k`` starts.
     Returns each rank's final done marker and the :class:`CollectiveInfo` of every bucket.
     """
-    from parplan.collectives.registry import build_schedule
+    from parplan.collectives.registry import get
     from parplan.plan.collective import lower_schedule
     from parplan.topology.placement import groups_by_node
 
     n = len(devices)
-    groups = None
-    if algorithm.name == "ring" or (
-        algorithm.name == "hierarchical" and getattr(algorithm, "group_size", None) is None
-    ):  # ring: one ring per device of a node, each leaving the node through its own NIC
-        groups = groups_by_node(ctx.network, list(devices))
+    found = get(algorithm.name)
+    # The ranks of each node, for algorithms that follow them (ring: one ring per device of a node).
+    groups = groups_by_node(ctx.network, list(devices)) if found.uses_groups(algorithm) else None
     element_bytes = ctx.model_spec.bytes_per_grad
-    schedules: dict[int, Any] = {}
+    schedules: dict[int, Schedule] = {}
     infos: list[CollectiveInfo] = []
     previous: list[list[int]] = [[] for _ in range(n)]
-    name = algorithm_label(algorithm)
+    name = found.label(algorithm)
     for k, bucket in enumerate(buckets):
         elements = max(1, round(bucket.params))
         sched = schedules.get(elements)
         if sched is None:
-            sched = schedules[elements] = build_schedule(algorithm, n, elements, groups=groups)
+            sched = schedules[elements] = found.build(algorithm, n, elements, groups)
         first = b.num_tasks
         rank_deps = [sorted({*ready[k][r], *previous[r]}) for r in range(n)]
         tasks = lower_schedule(

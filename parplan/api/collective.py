@@ -1,14 +1,17 @@
-"""What one all-reduce costs on a cluster, over sizes and algorithms: the library behind
-``parplan collective`` (the simulated counterpart of nccl-tests' ``all_reduce_perf``).
+"""What one collective costs on a cluster, over sizes and algorithms: the library behind ``parplan
+collective`` (the simulated counterpart of nccl-tests' ``all_reduce_perf``).
 
-Each (algorithm, size) is either simulated in full (the algorithm's schedule lowered onto the
-placement and run by the event engine, link sharing on) or evaluated with the closed forms of
-:mod:`parplan.engine.analytic`. For the closed forms a real cluster is reduced to a uniform group
-by its *bottleneck path*: alpha is the largest path latency and beta the inverse of the smallest
-path bandwidth among the pairs of placed devices (all pairs up to 64 ranks, ring neighbours and
-rank 0's pairs beyond), intra- and inter-group separately for ``hierarchical``; a rank's
-concurrent messages share its port unless every pair of ranks has a link of its own.
-:class:`UniformParameters` records which path set the figures, so the CLI can say so.
+:func:`run_collective` is the one call the command makes: it loads the cluster, places the ranks,
+expands the sizes and algorithms and runs :func:`collective_sweep`. Each (algorithm, size) is either
+simulated in full (the algorithm's schedule lowered onto the placement and run by the event engine,
+link sharing on) or evaluated with the closed forms of :mod:`parplan.engine.analytic`. For the
+closed forms a real cluster is reduced to a uniform group by its *bottleneck path*: alpha is the
+largest path latency and beta the inverse of the smallest path bandwidth among the pairs of placed
+devices (all pairs up to 64 ranks, ring neighbours and rank 0's pairs beyond), intra- and
+inter-group separately for algorithms that tell groups apart; a rank's concurrent messages share its
+port unless every pair of ranks has a link of its own. :class:`UniformParameters` records which path
+set the figures, so the report can say so. Asked for traces, the sweep returns what to trace (each
+algorithm's largest size); writing them is the report's job.
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from parplan.config.algorithms import algorithm_label, parse_algorithm
+from parplan.collectives.algorithm import AlgorithmSpecBase
+from parplan.collectives.registry import ALGORITHMS, get
+from parplan.collectives.specs import algorithm_label, parse_algorithm
 from parplan.engine.analytic import allreduce_time
-from parplan.engine.result import algorithm_bandwidth, bus_bandwidth
+from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError, ParplanError
+from parplan.taskgraph import TaskGraph
 from parplan.topology.network import Network
 
 ELEMENT_BYTES: dict[str, int] = {
@@ -58,27 +63,6 @@ class UniformParameters:
     intra_beta_s_per_byte: float | None = None
     intra_bottleneck: tuple[str, str] | None = None
 
-    def describe(self) -> str:
-        """One line saying which figures the closed forms use."""
-        bw = 1.0 / self.beta_s_per_byte / 1e9
-        text = (
-            f"alpha = {self.alpha_s * 1e6:.3g} us, beta = 1/({bw:.4g} GB/s) from the bottleneck path"
-            f" {self.bottleneck[0]} -> {self.bottleneck[1]}"
-        )
-        if (
-            self.intra_alpha_s is not None
-            and self.intra_beta_s_per_byte is not None
-            and self.intra_bottleneck
-        ):
-            ibw = 1.0 / self.intra_beta_s_per_byte / 1e9
-            text += (
-                f"; within groups alpha = {self.intra_alpha_s * 1e6:.3g} us, beta = 1/({ibw:.4g} GB/s)"
-                f" ({self.intra_bottleneck[0]} -> {self.intra_bottleneck[1]})"
-            )
-        text += f"; gamma = {self.gamma_s_per_byte * 1e9:.3g} ns/B"
-        text += "; one port per rank" if self.shared_port else "; a link per pair of ranks"
-        return text
-
 
 @dataclass(frozen=True)
 class CollectiveRow:
@@ -101,21 +85,15 @@ class CollectiveRow:
         """Bus bandwidth in GB/s."""
         return bus_bandwidth(self.size_bytes, self.time_s, self.ranks) / 1e9
 
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON form of a row."""
-        return {
-            "algorithm": self.algorithm,
-            "ranks": self.ranks,
-            "size_bytes": self.size_bytes,
-            "count": self.count,
-            "time_s": self.time_s,
-            "algbw_GBps": _finite(self.algbw_GBps),
-            "busbw_GBps": _finite(self.busbw_GBps),
-        }
 
+@dataclass(frozen=True)
+class CollectiveTrace:
+    """What to trace for one algorithm: its simulation at the sweep's largest size."""
 
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
+    algorithm: str
+    result: SimResult
+    graph: TaskGraph
+    network: Network
 
 
 @dataclass(frozen=True)
@@ -129,27 +107,7 @@ class CollectiveSweep:
     analytic: bool
     rows: tuple[CollectiveRow, ...]
     parameters: UniformParameters | None = None
-    traces: tuple[str, ...] = field(default=())
-
-    def as_dict(self) -> dict[str, Any]:
-        """The ``--json`` document: ``{"results": [...]}`` plus what produced them."""
-        out: dict[str, Any] = {
-            "results": [r.as_dict() for r in self.rows],
-            "cluster": self.cluster,
-            "mode": "analytic" if self.analytic else "simulated",
-            "ranks": len(self.devices),
-            "element_bytes": self.element_bytes,
-        }
-        if self.parameters is not None:
-            p = self.parameters
-            out["analytic_parameters"] = {
-                "alpha_s": p.alpha_s,
-                "beta_s_per_byte": p.beta_s_per_byte,
-                "gamma_s_per_byte": p.gamma_s_per_byte,
-                "shared_port": p.shared_port,
-                "bottleneck": list(p.bottleneck),
-            }
-        return out
+    traces: tuple[CollectiveTrace, ...] = field(default=())
 
 
 def sweep_sizes(
@@ -164,6 +122,9 @@ def sweep_sizes(
 
     Sizes are rounded down to whole elements (at least one). ``-b`` alone is one size; ``-e``
     alone sweeps from one element.
+
+    >>> sweep_sizes(min_bytes=8, max_bytes=32)
+    [(8.0, 2), (16.0, 4), (32.0, 8)]
     """
     if element_bytes < 1:
         raise ParplanError(f"element size must be at least 1 byte, got {element_bytes}")
@@ -194,10 +155,12 @@ def sweep_sizes(
     return out
 
 
-def expand_algorithms(algorithm: str) -> list[Any]:
-    """``"all"`` (every registered algorithm with its defaults), one short form, or a comma list."""
-    from parplan.collectives.registry import ALGORITHMS
+def expand_algorithms(algorithm: str) -> list[AlgorithmSpecBase]:
+    """``"all"`` (every registered all-reduce with its defaults), one short form, or a comma list.
 
+    >>> [algorithm_label(s) for s in expand_algorithms("ring, tree:4")]
+    ['ring', 'tree:4']
+    """
     names = list(ALGORITHMS) if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
     specs = []
     for name in names:
@@ -210,10 +173,21 @@ def expand_algorithms(algorithm: str) -> list[Any]:
         try:
             specs.append(parse_algorithm(name))
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise CollectiveError(f"invalid algorithm {name!r}: {exc}") from None
+            raise CollectiveError(f"invalid algorithm {name!r}: {_first_error(exc)}") from None
     if not specs:
         raise CollectiveError("no algorithm given")
     return specs
+
+
+def _first_error(exc: ValueError) -> str:
+    """The first problem of a pydantic error as ``field: message`` (no pydantic dump)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    first = errors()[0]
+    detail = str(first["msg"]).removeprefix("Value error, ")
+    loc = ".".join(str(x) for x in first["loc"][1:])  # the first entry is the algorithm's tag
+    return f"{loc}: {detail}" if loc else detail
 
 
 def _pairs(devices: Sequence[str]) -> list[tuple[str, str]]:
@@ -254,7 +228,7 @@ def uniform_parameters(
     """The uniform group that stands for ``devices`` on ``network`` in the closed forms.
 
     With ``groups`` of more than one rank, alpha/beta come from the pairs of group leaders and
-    the intra figures from pairs within groups (for ``hierarchical``).
+    the intra figures from pairs within groups (for algorithms that tell groups apart).
     """
     if len(devices) < 2:
         return UniformParameters(0.0, 0.0, 0.0, True, (devices[0], devices[0]))
@@ -277,68 +251,90 @@ def uniform_parameters(
     return params
 
 
+def _closed_form(
+    spec: AlgorithmSpecBase,
+    p: int,
+    size_bytes: float,
+    params: UniformParameters,
+    groups: Sequence[Sequence[int]] | None,
+) -> float:
+    return allreduce_time(
+        spec,
+        p,
+        size_bytes,
+        alpha_s=params.alpha_s,
+        beta_s_per_byte=params.beta_s_per_byte,
+        gamma_s_per_byte=params.gamma_s_per_byte,
+        groups=groups,
+        shared_port=params.shared_port,
+        intra_alpha_s=params.intra_alpha_s,
+        intra_beta_s_per_byte=params.intra_beta_s_per_byte,
+    )
+
+
+def _simulate(
+    network: Network,
+    devices: Sequence[str],
+    spec: AlgorithmSpecBase,
+    count: int,
+    element_bytes: int,
+    groups: Sequence[Sequence[int]] | None,
+    gamma_s_per_byte: float | None,
+) -> tuple[SimResult, TaskGraph]:
+    """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated."""
+    from parplan.engine.simulate import simulate
+    from parplan.plan.collective import collective_taskgraph
+
+    found = get(spec.name)
+    schedule = found.build(spec, len(devices), count, groups)
+    graph = collective_taskgraph(schedule, devices, element_bytes)
+    return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
+
+
 def collective_sweep(
     network: Network,
     devices: Sequence[str],
-    algorithms: Sequence[Any],
+    algorithms: Sequence[AlgorithmSpecBase],
     sizes: Sequence[tuple[float, int]],
     *,
     element_bytes: int = 4,
     groups: Sequence[Sequence[int]] | None = None,
     analytic: bool = False,
     gamma_s_per_byte: float | None = None,
-    trace_paths: Sequence[str | Path] | None = None,
+    trace: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> CollectiveSweep:
     """Time every algorithm at every size on ``devices`` (rank r on ``devices[r]``).
 
-    ``groups`` are the hierarchical algorithm's groups when its spec has no ``group_size``.
-    ``trace_paths`` (simulated mode only, one per algorithm) get a Chrome trace of that
-    algorithm's largest size. Raises :class:`ParplanError` subclasses for bad requests.
+    ``groups`` (the ranks of each node) reach the algorithms that use them. With ``trace``
+    (simulated mode only) the result carries each algorithm's simulation at the largest size, to
+    trace. Raises :class:`ParplanError` subclasses for bad requests.
     """
-    from parplan.collectives.registry import build_schedule
-    from parplan.engine.simulate import simulate
-    from parplan.plan.collective import collective_taskgraph
-    from parplan.report.trace import write_chrome_trace
-
     p = len(devices)
     if p < 1:
         raise ParplanError("a collective needs at least one rank")
-    if trace_paths is not None and (analytic or len(trace_paths) != len(algorithms)):
-        raise ParplanError("a trace needs simulated mode and one file per algorithm")
+    if trace and analytic:
+        raise ParplanError("a trace needs simulated mode")
     labels = tuple(algorithm_label(a) for a in algorithms)
     params = None
     if analytic:
         params = uniform_parameters(network, devices, groups=groups, gamma_s_per_byte=gamma_s_per_byte)
     rows: list[CollectiveRow] = []
-    written: list[str] = []
+    traces: list[CollectiveTrace] = []
     for size_bytes, count in sizes:
         times: list[float] = []
         for spec, label in zip(algorithms, labels, strict=True):
             if params is not None:
-                t = allreduce_time(
-                    spec,
-                    p,
-                    size_bytes,
-                    alpha_s=params.alpha_s,
-                    beta_s_per_byte=params.beta_s_per_byte,
-                    gamma_s_per_byte=params.gamma_s_per_byte,
-                    groups=groups,
-                    shared_port=params.shared_port,
-                    intra_alpha_s=params.intra_alpha_s,
-                    intra_beta_s_per_byte=params.intra_beta_s_per_byte,
-                )
+                t = _closed_form(spec, p, size_bytes, params, groups)
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
-                schedule = build_schedule(spec, p, count, groups=groups)
-                graph = collective_taskgraph(schedule, devices, element_bytes)
-                result = simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte)
+                result, graph = _simulate(
+                    network, devices, spec, count, element_bytes, groups, gamma_s_per_byte
+                )
                 t = result.makespan_s
-                if trace_paths is not None and (size_bytes, count) == sizes[-1]:
-                    path = trace_paths[labels.index(label)]
-                    write_chrome_trace(result, graph, network, path)
-                    written.append(str(path))
+                if trace and (size_bytes, count) == sizes[-1]:
+                    traces.append(CollectiveTrace(label, result, graph, network))
             times.append(t)
         best = min(times)
         for label, t in zip(labels, times, strict=True):
@@ -351,5 +347,49 @@ def collective_sweep(
         analytic=analytic,
         rows=tuple(rows),
         parameters=params,
-        traces=tuple(written),
+        traces=tuple(traces),
+    )
+
+
+def run_collective(
+    cluster: str | Path,
+    *,
+    algorithm: str = "ring",
+    ranks: int | None = None,
+    devices: Sequence[str] | None = None,
+    size_bytes: float | None = None,
+    min_bytes: float | None = None,
+    max_bytes: float | None = None,
+    step_factor: float = 2.0,
+    element_bytes: int = 4,
+    analytic: bool = False,
+    trace: bool = False,
+) -> CollectiveSweep:
+    """``parplan collective``: the sizes (one, or a ``-b``/``-e``/``-f`` sweep) and algorithms
+    (a short form, a comma list or ``all``) timed on the cluster file's first ``ranks`` devices
+    (or ``devices``, rank 0 first), ranks grouped by node. Raises :class:`ParplanError`
+    subclasses for bad input (a bad file, an unknown algorithm or device, too many ranks)."""
+    from parplan.config.loader import load_cluster
+    from parplan.topology.build import build_network
+    from parplan.topology.placement import place
+
+    sizes = sweep_sizes(
+        size_bytes=size_bytes,
+        min_bytes=min_bytes,
+        max_bytes=max_bytes,
+        step_factor=step_factor,
+        element_bytes=element_bytes,
+    )
+    specs = expand_algorithms(algorithm)
+    network = build_network(load_cluster(cluster))
+    placement = place(network, list(devices) if devices is not None else None, count=ranks)
+    return collective_sweep(
+        network,
+        placement.devices,
+        specs,
+        sizes,
+        element_bytes=element_bytes,
+        groups=[list(g) for g in placement.groups],
+        analytic=analytic,
+        trace=trace,
     )
