@@ -14,8 +14,9 @@ traffic is balanced (every rank sends and receives as much as every other, as in
 halving-doubling) the bandwidth term is set by that link, so beta becomes
 ``busiest link time / bytes through a rank``: the closed form's inputs made right. Either way
 the fit says whether the network is uniform for the algorithm (one path latency, one path width,
-no link above a port's load); where it is not, :func:`check_algorithm` runs the event engine once
-at the sweep's largest size, so the report can say by how much the closed form differs and why.
+no link above a port's load); where it is not, :func:`~parplan.api.collective.collective_sweep` runs the event
+engine at the sweep's smallest and largest sizes, so the report can say by how much the closed form
+differs and why.
 """
 
 from __future__ import annotations

@@ -354,10 +354,13 @@ def collective_sweep(
         best = min(times)
         for label, t in zip(labels, times, strict=True):
             rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest=len(labels) > 1 and t == best))
+    ends = sorted({min(sizes)[0], max(sizes)[0]})  # latency-bound and bandwidth-bound ends
     checks = [
-        _check(network, devices, spec, fit, rows, element_bytes, groups, gamma_s_per_byte, progress)
+        _check(network, devices, spec, fit, row, element_bytes, groups, gamma_s_per_byte, progress)
         for spec, fit in zip(algorithms, fits, strict=False)
         if not fit.uniform
+        for row in rows
+        if row.algorithm == fit.algorithm and row.size_bytes in ends
     ]
     return CollectiveSweep(
         cluster=network.name,
@@ -377,14 +380,14 @@ def _check(
     devices: Sequence[str],
     spec: AlgorithmSpecBase,
     fit: AlgorithmFit,
-    rows: Sequence[CollectiveRow],
+    row: CollectiveRow,
     element_bytes: int,
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
     progress: Callable[[str], None] | None,
 ) -> AnalyticCheck:
-    """The closed form of one algorithm against one simulation at the sweep's largest size."""
-    row = max((r for r in rows if r.algorithm == fit.algorithm), key=lambda r: r.size_bytes)
+    """The closed form of one algorithm against one simulation at ``row``'s size (the sweep's
+    smallest and largest sizes are checked)."""
     simulated = None
     if fit.steps <= CHECK_STEP_BUDGET:
         if progress is not None:
