@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCheck, fit_algorithm
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.registry import ALGORITHMS, get
 from parplan.collectives.specs import algorithm_label, parse_algorithm
@@ -108,6 +109,14 @@ class CollectiveSweep:
     rows: tuple[CollectiveRow, ...]
     parameters: UniformParameters | None = None
     traces: tuple[CollectiveTrace, ...] = field(default=())
+    checks: tuple[AnalyticCheck, ...] = field(default=())
+    """Analytic mode: the closed form against the engine for each algorithm the cluster is not
+    uniform for (see :mod:`parplan.api.analytic_fit`)."""
+
+    def warnings(self) -> list[str]:
+        """One line per algorithm whose closed form differs from the engine beyond the tolerance
+        (or could not be checked)."""
+        return [c.warning() for c in self.checks if not c.agrees]
 
 
 def sweep_sizes(
@@ -317,15 +326,21 @@ def collective_sweep(
         raise ParplanError("a trace needs simulated mode")
     labels = tuple(algorithm_label(a) for a in algorithms)
     params = None
+    fits: list[AlgorithmFit] = []
     if analytic:
         params = uniform_parameters(network, devices, groups=groups, gamma_s_per_byte=gamma_s_per_byte)
+        largest_count = max(count for _, count in sizes)
+        fits = [
+            fit_algorithm(network, devices, spec, label, params, groups, largest_count, element_bytes)
+            for spec, label in zip(algorithms, labels, strict=True)
+        ]
     rows: list[CollectiveRow] = []
     traces: list[CollectiveTrace] = []
     for size_bytes, count in sizes:
         times: list[float] = []
-        for spec, label in zip(algorithms, labels, strict=True):
-            if params is not None:
-                t = _closed_form(spec, p, size_bytes, params, groups)
+        for i, (spec, label) in enumerate(zip(algorithms, labels, strict=True)):
+            if fits:
+                t = _closed_form(spec, p, size_bytes, fits[i].parameters, groups)
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
@@ -339,6 +354,14 @@ def collective_sweep(
         best = min(times)
         for label, t in zip(labels, times, strict=True):
             rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest=len(labels) > 1 and t == best))
+    ends = sorted({min(sizes)[0], max(sizes)[0]})  # latency-bound and bandwidth-bound ends
+    checks = [
+        _check(network, devices, spec, fit, row, element_bytes, groups, gamma_s_per_byte, progress)
+        for spec, fit in zip(algorithms, fits, strict=False)
+        if not fit.uniform
+        for row in rows
+        if row.algorithm == fit.algorithm and row.size_bytes in ends
+    ]
     return CollectiveSweep(
         cluster=network.name,
         devices=tuple(devices),
@@ -348,7 +371,30 @@ def collective_sweep(
         rows=tuple(rows),
         parameters=params,
         traces=tuple(traces),
+        checks=tuple(checks),
     )
+
+
+def _check(
+    network: Network,
+    devices: Sequence[str],
+    spec: AlgorithmSpecBase,
+    fit: AlgorithmFit,
+    row: CollectiveRow,
+    element_bytes: int,
+    groups: Sequence[Sequence[int]] | None,
+    gamma_s_per_byte: float | None,
+    progress: Callable[[str], None] | None,
+) -> AnalyticCheck:
+    """The closed form of one algorithm against one simulation at ``row``'s size (the sweep's
+    smallest and largest sizes are checked)."""
+    simulated = None
+    if fit.steps <= CHECK_STEP_BUDGET:
+        if progress is not None:
+            progress(f"checking {fit.algorithm} {row.size_bytes:.0f} B")
+        result, _ = _simulate(network, devices, spec, row.count, element_bytes, groups, gamma_s_per_byte)
+        simulated = result.makespan_s
+    return AnalyticCheck(fit.algorithm, row.size_bytes, row.time_s, simulated, fit.assumes, fit.reason)
 
 
 def run_collective(

@@ -22,6 +22,7 @@ from rich.table import Table
 from parplan.collectives.registry import ALGORITHMS
 
 if TYPE_CHECKING:
+    from parplan.api.analytic_fit import AnalyticCheck
     from parplan.api.collective import CollectiveRow, CollectiveSweep, CollectiveTrace, UniformParameters
 
 
@@ -85,7 +86,27 @@ def collective_document(sweep: CollectiveSweep) -> dict[str, Any]:
             "shared_port": p.shared_port,
             "bottleneck": list(p.bottleneck),
         }
+        out["analytic_checks"] = [check_document(c) for c in sweep.checks]
     return out
+
+
+def check_document(check: AnalyticCheck) -> dict[str, Any]:
+    """The JSON form of one closed-form-against-engine check (``difference``: simulated / analytic
+    - 1; ``agrees``: within the stated ``tolerance``; ``warning``: the line the table prints)."""
+    from parplan.api.analytic_fit import TOLERANCE
+
+    return {
+        "algorithm": check.algorithm,
+        "size_bytes": check.size_bytes,
+        "analytic_s": check.analytic_s,
+        "simulated_s": check.simulated_s,
+        "difference": check.difference,
+        "tolerance": TOLERANCE,
+        "agrees": check.agrees,
+        "assumes": check.assumes,
+        "reason": check.reason,
+        "warning": None if check.agrees else check.warning(),
+    }
 
 
 def collective_json(sweep: CollectiveSweep) -> str:
@@ -152,6 +173,7 @@ def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, 
                 _gbps(row.busbw_GBps),
             )
         print_unsqueezed(out, table)
+        _print_warnings(out, sweep)
         return
     for name in names:
         table.add_column(short_label(name), justify="right", no_wrap=True)
@@ -168,3 +190,10 @@ def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, 
     print_unsqueezed(out, table)
     legend = ", ".join(f"{short_label(n)} = {n}" for n in names if short_label(n) != n)
     out.print(f"times in us; * fastest at that size{'; ' + legend if legend else ''}", style="dim")
+    _print_warnings(out, sweep)
+
+
+def _print_warnings(out: Console, sweep: CollectiveSweep) -> None:
+    """Under an analytic table: each algorithm whose closed form the engine does not confirm."""
+    for line in sweep.warnings():
+        out.print(f"warning: {line}", style="yellow", soft_wrap=True)
