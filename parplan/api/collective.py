@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parplan.collectives.algorithm import AlgorithmSpecBase
-from parplan.collectives.registry import ALGORITHMS, get
-from parplan.collectives.specs import algorithm_label, parse_algorithm
-from parplan.engine.analytic import allreduce_time
+from parplan.collectives.registry import DEFAULT_ALGORITHM, algorithms, get, resolve
+from parplan.collectives.schedule import COLLECTIVES
+from parplan.collectives.specs import parse_algorithm
+from parplan.engine.analytic import collective_time
 from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError, ParplanError
 from parplan.taskgraph import TaskGraph
@@ -48,6 +49,23 @@ ELEMENT_BYTES: dict[str, int] = {
 """Bytes per element of the data types nccl-tests knows (``-d``), by name."""
 
 _ALL_PAIRS_UP_TO = 64
+
+
+def bus_factor(collective: str, num_ranks: int) -> float:
+    """nccl-tests' busbw over algbw for ``collective`` on ``num_ranks`` ranks: ``2(p-1)/p`` for an
+    all-reduce, ``(p-1)/p`` for an all-gather or reduce-scatter, 1 for a broadcast or reduce
+    (0 on one rank, where nothing moves).
+
+    >>> bus_factor("all_reduce", 4), bus_factor("all_gather", 4), bus_factor("broadcast", 4)
+    (1.5, 0.75, 1.0)
+    """
+    if num_ranks <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        return 2.0 * (num_ranks - 1) / num_ranks
+    if collective in ("all_gather", "reduce_scatter"):
+        return (num_ranks - 1) / num_ranks
+    return 1.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,7 @@ class CollectiveRow:
     count: int
     time_s: float
     fastest: bool = False
+    collective: str = "all_reduce"
 
     @property
     def algbw_GBps(self) -> float:
@@ -82,8 +101,11 @@ class CollectiveRow:
 
     @property
     def busbw_GBps(self) -> float:
-        """Bus bandwidth in GB/s."""
-        return bus_bandwidth(self.size_bytes, self.time_s, self.ranks) / 1e9
+        """Bus bandwidth in GB/s, as nccl-tests defines it for the collective (:func:`bus_factor`)."""
+        if self.collective == "all_reduce":  # the engine's formula, digit for digit
+            return bus_bandwidth(self.size_bytes, self.time_s, self.ranks) / 1e9
+        algbw = algorithm_bandwidth(self.size_bytes, self.time_s)
+        return algbw * bus_factor(self.collective, self.ranks) / 1e9
 
 
 @dataclass(frozen=True)
@@ -108,6 +130,7 @@ class CollectiveSweep:
     rows: tuple[CollectiveRow, ...]
     parameters: UniformParameters | None = None
     traces: tuple[CollectiveTrace, ...] = field(default=())
+    collective: str = "all_reduce"
 
 
 def sweep_sizes(
@@ -155,21 +178,48 @@ def sweep_sizes(
     return out
 
 
-def expand_algorithms(algorithm: str) -> list[AlgorithmSpecBase]:
-    """``"all"`` (every registered all-reduce with its defaults), one short form, or a comma list.
+def check_collective(collective: str) -> str:
+    """``collective`` if it is one parplan times, else a :class:`CollectiveError` listing them."""
+    if collective not in COLLECTIVES:
+        raise CollectiveError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+    return collective
+
+
+def default_algorithm(collective: str = "all_reduce") -> str:
+    """The algorithm ``parplan collective`` times when none is named: the all-reduce default, else
+    the first registered for the collective (``ring`` for all-gather and reduce-scatter, ``tree``
+    for reduce and broadcast)."""
+    if check_collective(collective) == "all_reduce":
+        return DEFAULT_ALGORITHM
+    return next(iter(algorithms(collective)))
+
+
+def algorithm_label(spec: AlgorithmSpecBase, collective: str = "all_reduce") -> str:
+    """The short form of a spec of ``collective``'s algorithm ``spec.name``: ``tree:4``, ``ring``."""
+    return get(spec.name, collective).label(spec)
+
+
+def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[AlgorithmSpecBase]:
+    """``"all"`` (every algorithm registered for ``collective``, with its defaults), one short
+    form, or a comma list.
 
     >>> [algorithm_label(s) for s in expand_algorithms("ring, tree:4")]
     ['ring', 'tree:4']
+    >>> [algorithm_label(s, "broadcast") for s in expand_algorithms("all", "broadcast")]
+    ['tree']
     """
-    names = list(ALGORITHMS) if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
+    table = algorithms(check_collective(collective))
+    names = list(table) if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
     specs = []
     for name in names:
         if not name:
             continue
-        if name.partition(":")[0] not in ALGORITHMS:
-            raise CollectiveError(
-                f"unknown collective algorithm {name!r}; valid: {', '.join(ALGORITHMS)}, all"
-            )
+        if name.partition(":")[0] not in table:
+            what = "collective" if collective == "all_reduce" else collective
+            raise CollectiveError(f"unknown {what} algorithm {name!r}; valid: {', '.join(table)}, all")
+        if collective != "all_reduce":
+            specs.append(resolve(name, collective)[1])
+            continue
         try:
             specs.append(parse_algorithm(name))
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -257,8 +307,10 @@ def _closed_form(
     size_bytes: float,
     params: UniformParameters,
     groups: Sequence[Sequence[int]] | None,
+    collective: str = "all_reduce",
 ) -> float:
-    return allreduce_time(
+    return collective_time(
+        collective,
         spec,
         p,
         size_bytes,
@@ -280,12 +332,13 @@ def _simulate(
     element_bytes: int,
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
+    collective: str = "all_reduce",
 ) -> tuple[SimResult, TaskGraph]:
     """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated."""
     from parplan.engine.simulate import simulate
     from parplan.plan.collective import collective_taskgraph
 
-    found = get(spec.name)
+    found = get(spec.name, collective)
     schedule = found.build(spec, len(devices), count, groups)
     graph = collective_taskgraph(schedule, devices, element_bytes)
     return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
@@ -303,8 +356,9 @@ def collective_sweep(
     gamma_s_per_byte: float | None = None,
     trace: bool = False,
     progress: Callable[[str], None] | None = None,
+    collective: str = "all_reduce",
 ) -> CollectiveSweep:
-    """Time every algorithm at every size on ``devices`` (rank r on ``devices[r]``).
+    """Time every algorithm (of ``collective``) at every size on ``devices`` (rank r on ``devices[r]``).
 
     ``groups`` (the ranks of each node) reach the algorithms that use them. With ``trace``
     (simulated mode only) the result carries each algorithm's simulation at the largest size, to
@@ -315,7 +369,7 @@ def collective_sweep(
         raise ParplanError("a collective needs at least one rank")
     if trace and analytic:
         raise ParplanError("a trace needs simulated mode")
-    labels = tuple(algorithm_label(a) for a in algorithms)
+    labels = tuple(algorithm_label(a, collective) for a in algorithms)
     params = None
     if analytic:
         params = uniform_parameters(network, devices, groups=groups, gamma_s_per_byte=gamma_s_per_byte)
@@ -325,12 +379,12 @@ def collective_sweep(
         times: list[float] = []
         for spec, label in zip(algorithms, labels, strict=True):
             if params is not None:
-                t = _closed_form(spec, p, size_bytes, params, groups)
+                t = _closed_form(spec, p, size_bytes, params, groups, collective)
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
                 result, graph = _simulate(
-                    network, devices, spec, count, element_bytes, groups, gamma_s_per_byte
+                    network, devices, spec, count, element_bytes, groups, gamma_s_per_byte, collective
                 )
                 t = result.makespan_s
                 if trace and (size_bytes, count) == sizes[-1]:
@@ -338,7 +392,8 @@ def collective_sweep(
             times.append(t)
         best = min(times)
         for label, t in zip(labels, times, strict=True):
-            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest=len(labels) > 1 and t == best))
+            fastest = len(labels) > 1 and t == best
+            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest, collective))
     return CollectiveSweep(
         cluster=network.name,
         devices=tuple(devices),
@@ -348,13 +403,15 @@ def collective_sweep(
         rows=tuple(rows),
         parameters=params,
         traces=tuple(traces),
+        collective=collective,
     )
 
 
 def run_collective(
     cluster: str | Path,
     *,
-    algorithm: str = "ring",
+    algorithm: str | None = None,
+    collective: str = "all_reduce",
     ranks: int | None = None,
     devices: Sequence[str] | None = None,
     size_bytes: float | None = None,
@@ -366,9 +423,10 @@ def run_collective(
     trace: bool = False,
 ) -> CollectiveSweep:
     """``parplan collective``: the sizes (one, or a ``-b``/``-e``/``-f`` sweep) and algorithms
-    (a short form, a comma list or ``all``) timed on the cluster file's first ``ranks`` devices
-    (or ``devices``, rank 0 first), ranks grouped by node. Raises :class:`ParplanError`
-    subclasses for bad input (a bad file, an unknown algorithm or device, too many ranks)."""
+    of ``collective`` (a short form, a comma list or ``all``; None: :func:`default_algorithm`)
+    timed on the cluster file's first ``ranks`` devices (or ``devices``, rank 0 first), ranks
+    grouped by node. Raises :class:`ParplanError` subclasses for bad input (a bad file, an unknown
+    collective, algorithm or device, too many ranks)."""
     from parplan.config.loader import load_cluster
     from parplan.topology.build import build_network
     from parplan.topology.placement import place
@@ -380,7 +438,7 @@ def run_collective(
         step_factor=step_factor,
         element_bytes=element_bytes,
     )
-    specs = expand_algorithms(algorithm)
+    specs = expand_algorithms(algorithm or default_algorithm(collective), collective)
     network = build_network(load_cluster(cluster))
     placement = place(network, list(devices) if devices is not None else None, count=ranks)
     return collective_sweep(
@@ -392,4 +450,5 @@ def run_collective(
         groups=[list(g) for g in placement.groups],
         analytic=analytic,
         trace=trace,
+        collective=collective,
     )
