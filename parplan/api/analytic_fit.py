@@ -102,11 +102,17 @@ def _gbps(bandwidth_Bps: float) -> str:
     return f"{bandwidth_Bps / 1e9:.4g} GB/s"
 
 
-def _reads_intra(spec: AlgorithmSpecBase, p: int, params: UniformParameters, groups: Groups | None) -> bool:
+def _reads_intra(
+    spec: AlgorithmSpecBase,
+    p: int,
+    params: UniformParameters,
+    groups: Groups | None,
+    collective: str = "all_reduce",
+) -> bool:
     """Whether the algorithm's closed form uses the within-group figures (a two-level algorithm)."""
     if params.intra_beta_s_per_byte is None:
         return False
-    found = get(spec.name)
+    found = get(spec.name, collective)
     base = UniformCost(params.alpha_s, params.beta_s_per_byte, 0.0, params.shared_port)
     probe = replace(
         base, intra_alpha_s=2 * params.alpha_s + 1e-6, intra_beta_s_per_byte=2 * params.beta_s_per_byte
@@ -124,6 +130,7 @@ def fit_algorithm(
     groups: Groups | None,
     count: int,
     element_bytes: int,
+    collective: str = "all_reduce",
 ) -> AlgorithmFit:
     """The closed-form inputs for ``spec`` on ``devices`` (see the module docstring), from its
     schedule of ``count`` elements routed on ``network``."""
@@ -137,7 +144,7 @@ def fit_algorithm(
     )
     if p < 2:
         return AlgorithmFit(label, params, True, base_assumes, "", 0)
-    found = get(spec.name)
+    found = get(spec.name, collective)
     schedule = found.build(spec, p, max(count, p), groups)
     src = schedule.src.astype(np.int64)
     dst = schedule.dst.astype(np.int64)
@@ -186,12 +193,16 @@ def fit_algorithm(
         )
     if not one_port:
         reasons.append(f"a rank uses up to {most_ports} links at once where the closed form has one port")
+    estimate = found.closed_form_estimate(spec, p, groups)
+    if estimate:
+        uniform = False
+        reasons.append(estimate)
     reason = "; ".join(reasons)
     balanced = bool(np.ptp(sent) <= _EXACT * sent.max() and np.ptp(received) <= _EXACT * received.max())
     if uniform:  # the closed form is exact with the figures of the paths the algorithm uses
         exact = replace(params, alpha_s=max(latencies), beta_s_per_byte=1.0 / max(widths))
         return AlgorithmFit(label, exact, True, base_assumes, "", schedule.num_steps)
-    if not balanced or _reads_intra(spec, p, params, groups) or port_bytes <= 0:
+    if not balanced or _reads_intra(spec, p, params, groups, collective) or port_bytes <= 0:
         return AlgorithmFit(label, params, uniform, base_assumes, reason, schedule.num_steps)
     # Balanced traffic: the busiest link sets the bandwidth term; alpha from the paths it uses. With
     # C independent channels a step waits for its own channel's reduction only: gamma / C.

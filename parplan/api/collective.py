@@ -23,9 +23,10 @@ from pathlib import Path
 
 from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCheck, fit_algorithm
 from parplan.collectives.algorithm import AlgorithmSpecBase
-from parplan.collectives.registry import ALGORITHMS, get
-from parplan.collectives.specs import algorithm_label, parse_algorithm
-from parplan.engine.analytic import allreduce_time
+from parplan.collectives.registry import DEFAULT_ALGORITHM, algorithms, get, resolve
+from parplan.collectives.schedule import COLLECTIVES
+from parplan.collectives.specs import parse_algorithm
+from parplan.engine.analytic import collective_time
 from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError, ParplanError
 from parplan.taskgraph import TaskGraph
@@ -49,6 +50,23 @@ ELEMENT_BYTES: dict[str, int] = {
 """Bytes per element of the data types nccl-tests knows (``-d``), by name."""
 
 _ALL_PAIRS_UP_TO = 64
+
+
+def bus_factor(collective: str, num_ranks: int) -> float:
+    """nccl-tests' busbw over algbw for ``collective`` on ``num_ranks`` ranks: ``2(p-1)/p`` for an
+    all-reduce, ``(p-1)/p`` for an all-gather or reduce-scatter, 1 for a broadcast or reduce
+    (0 on one rank, where nothing moves).
+
+    >>> bus_factor("all_reduce", 4), bus_factor("all_gather", 4), bus_factor("broadcast", 4)
+    (1.5, 0.75, 1.0)
+    """
+    if num_ranks <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        return 2.0 * (num_ranks - 1) / num_ranks
+    if collective in ("all_gather", "reduce_scatter"):
+        return (num_ranks - 1) / num_ranks
+    return 1.0
 
 
 @dataclass(frozen=True)
@@ -75,6 +93,7 @@ class CollectiveRow:
     count: int
     time_s: float
     fastest: bool = False
+    collective: str = "all_reduce"
 
     @property
     def algbw_GBps(self) -> float:
@@ -83,8 +102,11 @@ class CollectiveRow:
 
     @property
     def busbw_GBps(self) -> float:
-        """Bus bandwidth in GB/s."""
-        return bus_bandwidth(self.size_bytes, self.time_s, self.ranks) / 1e9
+        """Bus bandwidth in GB/s, as nccl-tests defines it for the collective (:func:`bus_factor`)."""
+        if self.collective == "all_reduce":  # the engine's formula, digit for digit
+            return bus_bandwidth(self.size_bytes, self.time_s, self.ranks) / 1e9
+        algbw = algorithm_bandwidth(self.size_bytes, self.time_s)
+        return algbw * bus_factor(self.collective, self.ranks) / 1e9
 
 
 @dataclass(frozen=True)
@@ -109,6 +131,7 @@ class CollectiveSweep:
     rows: tuple[CollectiveRow, ...]
     parameters: UniformParameters | None = None
     traces: tuple[CollectiveTrace, ...] = field(default=())
+    collective: str = "all_reduce"
     checks: tuple[AnalyticCheck, ...] = field(default=())
     """Analytic mode: the closed form against the engine for each algorithm the cluster is not
     uniform for (see :mod:`parplan.api.analytic_fit`)."""
@@ -164,21 +187,48 @@ def sweep_sizes(
     return out
 
 
-def expand_algorithms(algorithm: str) -> list[AlgorithmSpecBase]:
-    """``"all"`` (every registered all-reduce with its defaults), one short form, or a comma list.
+def check_collective(collective: str) -> str:
+    """``collective`` if it is one parplan times, else a :class:`CollectiveError` listing them."""
+    if collective not in COLLECTIVES:
+        raise CollectiveError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+    return collective
+
+
+def default_algorithm(collective: str = "all_reduce") -> str:
+    """The algorithm ``parplan collective`` times when none is named: the all-reduce default, else
+    the first registered for the collective (``ring`` for all-gather and reduce-scatter, ``tree``
+    for reduce and broadcast)."""
+    if check_collective(collective) == "all_reduce":
+        return DEFAULT_ALGORITHM
+    return next(iter(algorithms(collective)))
+
+
+def algorithm_label(spec: AlgorithmSpecBase, collective: str = "all_reduce") -> str:
+    """The short form of a spec of ``collective``'s algorithm ``spec.name``: ``tree:4``, ``ring``."""
+    return get(spec.name, collective).label(spec)
+
+
+def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[AlgorithmSpecBase]:
+    """``"all"`` (every algorithm registered for ``collective``, with its defaults), one short
+    form, or a comma list.
 
     >>> [algorithm_label(s) for s in expand_algorithms("ring, tree:4")]
     ['ring', 'tree:4']
+    >>> [algorithm_label(s, "broadcast") for s in expand_algorithms("all", "broadcast")]
+    ['tree']
     """
-    names = list(ALGORITHMS) if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
+    table = algorithms(check_collective(collective))
+    names = list(table) if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
     specs = []
     for name in names:
         if not name:
             continue
-        if name.partition(":")[0] not in ALGORITHMS:
-            raise CollectiveError(
-                f"unknown collective algorithm {name!r}; valid: {', '.join(ALGORITHMS)}, all"
-            )
+        if name.partition(":")[0] not in table:
+            what = "collective" if collective == "all_reduce" else collective
+            raise CollectiveError(f"unknown {what} algorithm {name!r}; valid: {', '.join(table)}, all")
+        if collective != "all_reduce":
+            specs.append(resolve(name, collective)[1])
+            continue
         try:
             specs.append(parse_algorithm(name))
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -266,8 +316,10 @@ def _closed_form(
     size_bytes: float,
     params: UniformParameters,
     groups: Sequence[Sequence[int]] | None,
+    collective: str = "all_reduce",
 ) -> float:
-    return allreduce_time(
+    return collective_time(
+        collective,
         spec,
         p,
         size_bytes,
@@ -289,12 +341,13 @@ def _simulate(
     element_bytes: int,
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
+    collective: str = "all_reduce",
 ) -> tuple[SimResult, TaskGraph]:
     """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated."""
     from parplan.engine.simulate import simulate
     from parplan.plan.collective import collective_taskgraph
 
-    found = get(spec.name)
+    found = get(spec.name, collective)
     schedule = found.build(spec, len(devices), count, groups)
     graph = collective_taskgraph(schedule, devices, element_bytes)
     return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
@@ -312,8 +365,9 @@ def collective_sweep(
     gamma_s_per_byte: float | None = None,
     trace: bool = False,
     progress: Callable[[str], None] | None = None,
+    collective: str = "all_reduce",
 ) -> CollectiveSweep:
-    """Time every algorithm at every size on ``devices`` (rank r on ``devices[r]``).
+    """Time every algorithm (of ``collective``) at every size on ``devices`` (rank r on ``devices[r]``).
 
     ``groups`` (the ranks of each node) reach the algorithms that use them. With ``trace``
     (simulated mode only) the result carries each algorithm's simulation at the largest size, to
@@ -324,14 +378,16 @@ def collective_sweep(
         raise ParplanError("a collective needs at least one rank")
     if trace and analytic:
         raise ParplanError("a trace needs simulated mode")
-    labels = tuple(algorithm_label(a) for a in algorithms)
+    labels = tuple(algorithm_label(a, collective) for a in algorithms)
     params = None
     fits: list[AlgorithmFit] = []
     if analytic:
         params = uniform_parameters(network, devices, groups=groups, gamma_s_per_byte=gamma_s_per_byte)
         largest_count = max(count for _, count in sizes)
         fits = [
-            fit_algorithm(network, devices, spec, label, params, groups, largest_count, element_bytes)
+            fit_algorithm(
+                network, devices, spec, label, params, groups, largest_count, element_bytes, collective
+            )
             for spec, label in zip(algorithms, labels, strict=True)
         ]
     rows: list[CollectiveRow] = []
@@ -340,12 +396,12 @@ def collective_sweep(
         times: list[float] = []
         for i, (spec, label) in enumerate(zip(algorithms, labels, strict=True)):
             if fits:
-                t = _closed_form(spec, p, size_bytes, fits[i].parameters, groups)
+                t = _closed_form(spec, p, size_bytes, fits[i].parameters, groups, collective)
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
                 result, graph = _simulate(
-                    network, devices, spec, count, element_bytes, groups, gamma_s_per_byte
+                    network, devices, spec, count, element_bytes, groups, gamma_s_per_byte, collective
                 )
                 t = result.makespan_s
                 if trace and (size_bytes, count) == sizes[-1]:
@@ -353,10 +409,13 @@ def collective_sweep(
             times.append(t)
         best = min(times)
         for label, t in zip(labels, times, strict=True):
-            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest=len(labels) > 1 and t == best))
+            fastest = len(labels) > 1 and t == best
+            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest, collective))
     ends = sorted({min(sizes)[0], max(sizes)[0]})  # latency-bound and bandwidth-bound ends
     checks = [
-        _check(network, devices, spec, fit, row, element_bytes, groups, gamma_s_per_byte, progress)
+        _check(
+            network, devices, spec, fit, row, element_bytes, groups, gamma_s_per_byte, progress, collective
+        )
         for spec, fit in zip(algorithms, fits, strict=False)
         if not fit.uniform
         for row in rows
@@ -371,6 +430,7 @@ def collective_sweep(
         rows=tuple(rows),
         parameters=params,
         traces=tuple(traces),
+        collective=collective,
         checks=tuple(checks),
     )
 
@@ -385,6 +445,7 @@ def _check(
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
     progress: Callable[[str], None] | None,
+    collective: str = "all_reduce",
 ) -> AnalyticCheck:
     """The closed form of one algorithm against one simulation at ``row``'s size (the sweep's
     smallest and largest sizes are checked)."""
@@ -392,7 +453,9 @@ def _check(
     if fit.steps <= CHECK_STEP_BUDGET:
         if progress is not None:
             progress(f"checking {fit.algorithm} {row.size_bytes:.0f} B")
-        result, _ = _simulate(network, devices, spec, row.count, element_bytes, groups, gamma_s_per_byte)
+        result, _ = _simulate(
+            network, devices, spec, row.count, element_bytes, groups, gamma_s_per_byte, collective
+        )
         simulated = result.makespan_s
     return AnalyticCheck(fit.algorithm, row.size_bytes, row.time_s, simulated, fit.assumes, fit.reason)
 
@@ -400,7 +463,8 @@ def _check(
 def run_collective(
     cluster: str | Path,
     *,
-    algorithm: str = "ring",
+    algorithm: str | None = None,
+    collective: str = "all_reduce",
     ranks: int | None = None,
     devices: Sequence[str] | None = None,
     size_bytes: float | None = None,
@@ -412,9 +476,10 @@ def run_collective(
     trace: bool = False,
 ) -> CollectiveSweep:
     """``parplan collective``: the sizes (one, or a ``-b``/``-e``/``-f`` sweep) and algorithms
-    (a short form, a comma list or ``all``) timed on the cluster file's first ``ranks`` devices
-    (or ``devices``, rank 0 first), ranks grouped by node. Raises :class:`ParplanError`
-    subclasses for bad input (a bad file, an unknown algorithm or device, too many ranks)."""
+    of ``collective`` (a short form, a comma list or ``all``; None: :func:`default_algorithm`)
+    timed on the cluster file's first ``ranks`` devices (or ``devices``, rank 0 first), ranks
+    grouped by node. Raises :class:`ParplanError` subclasses for bad input (a bad file, an unknown
+    collective, algorithm or device, too many ranks)."""
     from parplan.config.loader import load_cluster
     from parplan.topology.build import build_network
     from parplan.topology.placement import place
@@ -426,7 +491,7 @@ def run_collective(
         step_factor=step_factor,
         element_bytes=element_bytes,
     )
-    specs = expand_algorithms(algorithm)
+    specs = expand_algorithms(algorithm or default_algorithm(collective), collective)
     network = build_network(load_cluster(cluster))
     placement = place(network, list(devices) if devices is not None else None, count=ranks)
     return collective_sweep(
@@ -438,4 +503,5 @@ def run_collective(
         groups=[list(g) for g in placement.groups],
         analytic=analytic,
         trace=trace,
+        collective=collective,
     )
