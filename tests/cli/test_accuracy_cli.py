@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -51,6 +52,7 @@ def test_tables_summary_and_thresholds() -> None:
     assert code == 0, err
     assert "h100x4-nvswitch-algo-ring: 4 ranks on hgx-h100-8gpu (HGX H100 box)" in out
     assert "│  256 MiB │  1.19 ms │" in out  # 268435456 B measured at 1187.29 us: numbers for people
+    assert not re.search(r"\d[eE][+-]?\d", out)
     assert "NCCL_ALGO=Ring: predicted with ring" in out
     assert "NCCL_ALGO=NVLS has no parplan counterpart yet" in out
     assert "summary: median and max |error|" in out

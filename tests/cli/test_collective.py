@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = sorted((ROOT / "sample_configs" / "clusters").iterdir())
 SWITCH = str(ROOT / "sample_configs" / "clusters" / "switch-4hosts.yaml")
 runner = CliRunner()
+
 
 def run_json(*args: str) -> dict[str, Any]:
     result = runner.invoke(app, ["collective", *args, "--json", "-"])
@@ -45,6 +47,25 @@ def test_every_sample_cluster(cluster: Path) -> None:
     analytic = run_json("--cluster", str(cluster), "--algorithm", "all", "--size", "1MiB", "--analytic")
     assert analytic["mode"] == "analytic" and len(analytic["results"]) == len(rows)
     assert analytic["analytic_parameters"]["alpha_s"] >= 0
+    table = runner.invoke(
+        app,
+        [
+            "collective",
+            "--cluster",
+            str(cluster),
+            "-a",
+            "all",
+            "-b",
+            "8",
+            "-e",
+            "1GiB",
+            "-f",
+            "64",
+            "--analytic",
+        ],
+    )
+    assert table.exit_code == 0, table.output
+    assert not re.search(r"\d[eE][+-]?\d", table.stdout)  # human numbers, never 1.21389e+06
 
 
 def test_sweep_table_like_all_reduce_perf() -> None:

@@ -4,6 +4,7 @@ global behaviour: exit codes, --version, --quiet, --debug, NO_COLOR and a fast -
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,7 @@ def test_every_sample_is_valid() -> None:
     assert all(
         line.endswith(("(cluster)", "(model)", "(strategy)", "(partition)", "(scenario)")) for line in checked
     )
+    assert not re.search(r"\d[eE][+-]?\d", result.stdout)  # human numbers in messages too
     # the summary is a result: on stdout, last; nothing on stderr
     assert lines(result.stdout)[-1] == f"{len(SAMPLES)} files: {len(SAMPLES)} valid, 0 invalid"
     assert result.stderr == ""
