@@ -280,10 +280,12 @@ def apply_overrides(strategy: Any, overrides: dict[str, Any]) -> Any:
         return strategy
     try:
         return type(strategy).model_validate(data)
-    except ValidationError as exc:
+    except ValidationError as exc:  # worded as a file's errors are, never pydantic's own text
+        from parplan.config.issues import translate
+
         issues = [
-            Issue(path="overrides", field=".".join(str(x) for x in e["loc"]), message=str(e["msg"]))
-            for e in exc.errors()
+            Issue(path="overrides", field=i.field, message=i.message)
+            for i in translate(exc, type(strategy), data, None)
         ]
         raise ConfigError(issues) from None
 

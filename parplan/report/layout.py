@@ -66,11 +66,14 @@ class _Fit:
         return sum(self.widths) + self.overhead
 
 
-def _column_range(console: Console, options: ConsoleOptions, column: Column) -> tuple[int, int]:
-    """(least, natural) content width of a column: a wrapping column can shrink to its longest word
-    (or its ``min_width``), a ``no_wrap`` one not at all; ``max_width`` caps both."""
+def _column_range(
+    console: Console, options: ConsoleOptions, column: Column, header: bool = True
+) -> tuple[int, int]:
+    """(least, natural) content width of a column (its ``header`` counted when shown): a wrapping
+    column can shrink to its longest word (or its ``min_width``), a ``no_wrap`` one not at all;
+    ``max_width`` caps both."""
     least = natural = 0
-    for cell in [column.header, *column.cells]:
+    for cell in [column.header, *column.cells] if header else list(column.cells):
         low, high = Measurement.get(console, options, cell)
         least, natural = max(least, low), max(natural, high)
     if column.max_width is not None:
@@ -87,7 +90,7 @@ def fit_widths(console: Console, table: Table, width: int) -> _Fit:
     """The content width of each column so that ``table`` fits ``width`` if it can: wrapping
     columns give up width widest first (as rich does), no column goes below its least width."""
     options = console.options.update_width(UNBOUNDED)
-    ranges = [_column_range(console, options, c) for c in table.columns]
+    ranges = [_column_range(console, options, c, table.show_header) for c in table.columns]
     naturals = [natural for _, natural in ranges]
     overhead = Measurement.get(console, options, table).maximum - sum(naturals)
     widths = list(naturals)

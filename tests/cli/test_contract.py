@@ -56,6 +56,20 @@ def test_a_bad_algorithm_reads_the_same_in_every_command(algorithm: str) -> None
     assert len(details) == 1  # simulate -a and a sweep say the same thing
 
 
+def test_an_override_the_strategy_rejects_reads_like_a_file_error() -> None:
+    from parplan.api.knobs import apply_overrides
+    from parplan.config.loader import load_strategy
+    from parplan.errors import ConfigError
+
+    strategy = load_strategy(SAMPLES / "strategies" / "data-parallel.yaml")
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(strategy, {"num_replicas": 0, "overlap": "maybe"})
+    assert str(err.value).splitlines() == [
+        "overrides num_replicas: must be >= 1, got 0",
+        "overrides aggregation.overlap: expected true or false, got 'maybe'",
+    ]
+
+
 def test_a_size_of_zero_is_refused_not_timed_as_one_element() -> None:
     for option in ("-s", "-b", "-e"):
         result = invoke("collective", "-c", SWITCH, option, "0")
