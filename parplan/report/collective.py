@@ -75,8 +75,13 @@ def row_document(row: CollectiveRow) -> dict[str, Any]:
 
 
 def collective_document(sweep: CollectiveSweep) -> dict[str, Any]:
-    """The ``--json`` document: ``{"results": [...]}`` plus what produced them."""
+    """The ``--json`` document: ``{"results": [...]}`` plus what produced them (``tool`` and
+    ``command`` as in every parplan report, so a later run may write over it)."""
+    from parplan.report.json_report import tool_name
+
     out: dict[str, Any] = {
+        "tool": tool_name(),
+        "command": "collective",
         "results": [row_document(r) for r in sweep.rows],
         "cluster": sweep.cluster,
         "mode": "analytic" if sweep.analytic else "simulated",

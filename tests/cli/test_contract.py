@@ -158,6 +158,8 @@ def test_collective_json_and_csv_take_a_file_or_stdout(tmp_path: Path) -> None:
     assert json.loads(target.read_text())["results"][0]["size_bytes"] == 1024
     (row,) = csv.DictReader(io.StringIO(table.read_text()))
     assert row["size_bytes"] == "1024" and row["algorithm"] == "ring"
+    again = invoke("collective", "-c", SWITCH, "-s", "1KiB", "--json", str(target))
+    assert again.exit_code == 0, again.output  # a report of parplan's own is written over
     csv_out = invoke("collective", "-c", SWITCH, "-s", "1KiB", "--csv", "-")
     assert csv_out.stdout.splitlines()[0] == "algorithm,ranks,size_bytes,count,time_s,algbw_GBps,busbw_GBps"
 
