@@ -39,7 +39,7 @@ from parplan.config.strategy import (
     PartitionSpec,
     PopulationBasedStrategy,
 )
-from parplan.errors import ConfigError, Issue, ModelError, PlanError, TopologyError
+from parplan.errors import ConfigError, Issue, ModelError, PlanError, PluginError, TopologyError
 
 if TYPE_CHECKING:
     from parplan.model.graph import ModelGraph
@@ -245,6 +245,22 @@ def _strategy_alone(strategy: Any, report: _Report) -> None:
                 f"no coordinator {strategy.coordinator!r} is installed (group {COORDINATOR_GROUP}); "
                 f"installed: {names}{_suggest(strategy.coordinator, installed)}",
             )
+        else:
+            _coordinator_config(strategy, None, report)
+
+
+def _coordinator_config(strategy: CustomStrategy, network: Network | None, report: _Report) -> list[str]:
+    """The coordinator's own checks of its config (its validate hook), located under ``config``."""
+    from parplan.plan.coordinators import check_config
+
+    try:
+        problems = check_config(strategy.coordinator, strategy.config, network)
+    except PluginError as exc:
+        report.add(("coordinator",), str(exc))
+        return []
+    for problem in problems:
+        report.add(("config", *problem.loc), problem.message, problem.severity)
+    return []
 
 
 def _no_repeats(names: Sequence[str], loc: Loc, report: _Report) -> None:
@@ -287,6 +303,7 @@ def _plan(strategy: Any, world: _World, report: _Report) -> None:
         ModelParallelStrategy: _model_parallel,
         FederatedStrategy: _federated,
         PopulationBasedStrategy: _population,
+        CustomStrategy: lambda s, world, r: _coordinator_config(s, world.network, r),
     }
     check = checker.get(type(strategy))
     if check is None:
