@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from parplan.config.algorithms import algorithm_label, parse_algorithm
+from parplan.config.units import human_bytes
 from parplan.engine.analytic import allreduce_time
 from parplan.engine.result import algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError, ParplanError
@@ -177,7 +178,7 @@ def sweep_sizes(
         lo = float(min_bytes) if min_bytes is not None else float(element_bytes)
         hi = float(max_bytes) if max_bytes is not None else lo
         if hi < lo:
-            raise ParplanError(f"the sweep's end ({hi:g} B) is below its start ({lo:g} B)")
+            raise ParplanError(f"the sweep's end ({human_bytes(hi)}) is below its start ({human_bytes(lo)})")
         if step_factor <= 1.0 and hi > lo:
             raise ParplanError(f"the step factor must be > 1, got {step_factor:g}")
         raw = []
