@@ -146,9 +146,12 @@ def check_coordinator(strategy: Any, source: Source | None = None, prefix: Loc =
     return report.issues
 
 
-def _coordinator(strategy: Any, report: IssueCollector) -> None:
+def _coordinator(strategy: Any, report: IssueCollector, network: Network | None = None) -> None:
+    """A custom strategy's coordinator is installed, and its own ``validate`` hook accepts the
+    config (against ``network`` when there is one), each problem located under ``config``."""
     if not isinstance(strategy, CustomStrategy):
         return
+    from parplan.errors import PluginError
     from parplan.plan import coordinators
 
     installed = list(coordinators.installed())
@@ -159,6 +162,14 @@ def _coordinator(strategy: Any, report: IssueCollector) -> None:
             f"no coordinator {strategy.coordinator!r} is installed (group {coordinators.GROUP}); "
             f"installed: {names}{suggest(strategy.coordinator, installed)}",
         )
+        return
+    try:
+        problems = coordinators.check_config(strategy.coordinator, strategy.config, network)
+    except PluginError as exc:
+        report.add(("coordinator",), str(exc))
+        return
+    for problem in problems:
+        report.add(("config", *problem.loc), problem.message, problem.severity)
 
 
 # -- strategies against a cluster, a model and the training settings ------------------------------------
@@ -372,7 +383,7 @@ def check_scenario(scenario: ScenarioSpec, source: Source | None = None) -> list
     for i, plan in enumerate(scenario.plans):
         sub = report.at(("plans", i, "strategy"))
         check_strategy_alone(plan.strategy, sub)
-        _coordinator(plan.strategy, sub)
+        _coordinator(plan.strategy, sub, network)
         if network is not None:
             _plan(plan.strategy, _World(network, model, scenario.training), sub)
     return report.issues

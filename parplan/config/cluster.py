@@ -4,33 +4,84 @@ A cluster is either explicit (``devices``, ``switches``, ``links``), made by one
 (``switch``, ``ring``, ``torus2d``, ``fat_tree``, ``hierarchical``), or both: a generator's devices
 and links plus extra explicit ones. :mod:`parplan.topology` turns a spec into a graph; the names a
 generator gives its devices are documented on each generator class.
+
+Supported sizes (:data:`MAX_DEVICES`, :data:`MAX_NODES`, :data:`MAX_LINKS`): up to 65,536 devices,
+262,144 devices and switches together, and 262,144 links. A spec beyond them is refused when it is
+loaded, from its generator's arithmetic (:meth:`ClusterSpec.size`), before any graph is built;
+validating and simulating a cluster at the limits takes seconds and a few hundred MB.
+
+Every rate and capacity of a device or link is strictly positive (a zero would divide by zero or make
+work free) and finite; the ranges are in :data:`parplan.config.units.LIMITS`.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from parplan.config.units import Bandwidth, Bytes, FlopRate, Seconds
+from parplan.config.units import PositiveBandwidth, PositiveBytes, PositiveFlopRate, Seconds
 from parplan.spec import Spec
+
+MAX_DEVICES = 65_536
+"""The most devices a cluster may have."""
+MAX_NODES = 262_144
+"""The most devices and switches (NICs included) a cluster may have together."""
+MAX_LINKS = 262_144
+"""The most links a cluster may have (a full-duplex link counts once)."""
+
+
+@dataclass(frozen=True)
+class ClusterSize:
+    """How many devices, switches and links a cluster spec makes (computed, not built)."""
+
+    devices: int = 0
+    switches: int = 0
+    links: int = 0
+
+    def __add__(self, other: ClusterSize) -> ClusterSize:
+        return ClusterSize(
+            self.devices + other.devices, self.switches + other.switches, self.links + other.links
+        )
+
+    def check(self) -> None:
+        """Raise :class:`ValueError` (a validation issue) when beyond the supported sizes."""
+        counts = (
+            (self.devices, "devices", MAX_DEVICES),
+            (self.devices + self.switches, "devices and switches", MAX_NODES),
+            (self.links, "links", MAX_LINKS),
+        )
+        over = [f"{count:,} {what}" for count, what, limit in counts if count > limit]
+        if over:
+            raise ValueError(
+                f"makes {' and '.join(over)}; parplan supports clusters of up to {MAX_DEVICES:,} devices, "
+                f"{MAX_NODES:,} devices and switches together, and {MAX_LINKS:,} links"
+            )
+
+
+def _ring_links(n: int) -> int:
+    """Links of a ring of ``n`` nodes: none for one, one for two (not two parallel ones)."""
+    return n if n > 2 else n - 1
 
 
 class DeviceTemplate(Spec):
     """What one accelerator (or host) can do; generators stamp it onto every device they make."""
 
-    peak_flop_per_s: FlopRate = Field(alias="peak_flops", description="peak compute, e.g. '312 TFLOP/s'")
-    memory_bytes: Bytes = Field(alias="memory", description="device memory, e.g. '80 GiB'")
+    peak_flop_per_s: PositiveFlopRate = Field(
+        alias="peak_flops", description="peak compute, e.g. '312 TFLOP/s'"
+    )
+    memory_bytes: PositiveBytes = Field(alias="memory", description="device memory, e.g. '80 GiB'")
     efficiency: float = Field(
         default=0.5, gt=0, le=1, description="fraction of peak reached on training kernels (MFU)"
     )
-    memory_bandwidth_Bps: Bandwidth | None = Field(
+    memory_bandwidth_Bps: PositiveBandwidth | None = Field(
         default=None,
         alias="memory_bandwidth",
         description="device memory bandwidth; sets the cost of reductions (gamma) when given",
     )
     speed_factor: float = Field(
-        default=1.0, gt=0, description="relative speed multiplier for heterogeneous devices"
+        default=1.0, gt=0, le=1000, description="relative speed multiplier for heterogeneous devices"
     )
 
 
@@ -53,18 +104,11 @@ class SwitchSpec(Spec):
 class LinkTemplate(Spec):
     """Bandwidth and latency of one link, as generators stamp it."""
 
-    bandwidth_Bps: Bandwidth = Field(alias="bandwidth", description="per direction, e.g. '25 GB/s'")
+    bandwidth_Bps: PositiveBandwidth = Field(alias="bandwidth", description="per direction, e.g. '25 GB/s'")
     latency_s: Seconds = Field(default=0.0, alias="latency", description="per hop, e.g. '2 us'")
     full_duplex: bool = Field(
         default=True, description="each direction has the full bandwidth (False: both share one channel)"
     )
-
-    @field_validator("bandwidth_Bps")
-    @classmethod
-    def _positive_bandwidth(cls, bandwidth_Bps: float) -> float:
-        if bandwidth_Bps <= 0:
-            raise ValueError("must be > 0")
-        return bandwidth_Bps
 
 
 class LinkSpec(LinkTemplate):
@@ -89,7 +133,21 @@ def _check_host_links(host_links: HostLinks, hosts: int | None) -> HostLinks:
     return host_links
 
 
-class SwitchGenerator(Spec):
+class _Generator(Spec):
+    """What every cluster generator shares: its size, computed without building it, and the check
+    that it is supported."""
+
+    def size(self) -> ClusterSize:
+        """The devices, switches and links this generator makes."""
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _supported(self) -> _Generator:
+        self.size().check()
+        return self
+
+
+class SwitchGenerator(_Generator):
     """``hosts`` devices ``h0 .. h{N-1}``, each linked to one switch ``sw0``.
 
     ``host_links`` overrides ``link`` for named hosts (``h3: {bandwidth: 20 Mbit/s, latency:
@@ -109,8 +167,12 @@ class SwitchGenerator(Spec):
     def _known_hosts(cls, host_links: HostLinks, info: ValidationInfo) -> HostLinks:
         return _check_host_links(host_links, info.data.get("hosts"))
 
+    def size(self) -> ClusterSize:
+        """``hosts`` devices, one switch, a link per host."""
+        return ClusterSize(self.hosts, 1, self.hosts)
 
-class RingGenerator(Spec):
+
+class RingGenerator(_Generator):
     """``hosts`` devices ``h0 .. h{N-1}``; ``h{i}`` is linked to ``h{i+1 mod N}``."""
 
     kind: Literal["ring"]
@@ -118,8 +180,12 @@ class RingGenerator(Spec):
     device: DeviceTemplate
     link: LinkTemplate
 
+    def size(self) -> ClusterSize:
+        """``hosts`` devices on one ring."""
+        return ClusterSize(self.hosts, 0, _ring_links(self.hosts))
 
-class Torus2DGenerator(Spec):
+
+class Torus2DGenerator(_Generator):
     """An ``x`` by ``y`` torus of devices ``h{i}_{j}``, each linked to its four wrap-around neighbours."""
 
     kind: Literal["torus2d"]
@@ -128,8 +194,12 @@ class Torus2DGenerator(Spec):
     device: DeviceTemplate
     link: LinkTemplate
 
+    def size(self) -> ClusterSize:
+        """``x y`` devices; ``y`` rings of ``x`` and ``x`` rings of ``y``."""
+        return ClusterSize(self.x * self.y, 0, self.y * _ring_links(self.x) + self.x * _ring_links(self.y))
 
-class FatTreeGenerator(Spec):
+
+class FatTreeGenerator(_Generator):
     """A three-level k-ary fat tree (k even): k pods of k/2 edge and k/2 aggregation switches,
     (k/2)^2 core switches, and k^3/4 hosts ``h0 ..``; ``hosts`` may ask for fewer (filled in order)."""
 
@@ -168,8 +238,13 @@ class FatTreeGenerator(Spec):
             hosts = k**3 // 4
         return _check_host_links(host_links, hosts)
 
+    def size(self) -> ClusterSize:
+        """The hosts, ``k^2`` pod switches and ``(k/2)^2`` cores; a link per host, ``k^3/2`` above."""
+        hosts = self.k**3 // 4 if self.hosts is None else self.hosts
+        return ClusterSize(hosts, self.k**2 + (self.k // 2) ** 2, hosts + self.k**3 // 2)
 
-class HierarchicalGenerator(Spec):
+
+class HierarchicalGenerator(_Generator):
     """``nodes`` nodes of ``devices_per_node`` devices ``n{i}.d{j}``.
 
     Inside node i every device links to the node's switch ``n{i}.sw`` with ``intra`` (NVLink/NVSwitch).
@@ -239,6 +314,13 @@ class HierarchicalGenerator(Spec):
         else 1 (devices then share NICs, or each has one)."""
         return max(1, self.nics_per_node // self.devices_per_node)
 
+    def size(self) -> ClusterSize:
+        """Per node: its devices, a node switch and its NICs; two links per device, one per NIC."""
+        n, d, r, k = self.nodes, self.devices_per_node, self.nics_per_node, self.nics_per_device_owned
+        rails = self.fabric == "rails"  # a rail switch per NIC of a node, and a spine
+        switches = n * (1 + r) + (r + 1 if rails else 1)
+        return ClusterSize(n * d, switches, n * (d + d * k + r) + (r if rails else 0))
+
 
 ClusterGenerator = Annotated[
     SwitchGenerator | RingGenerator | Torus2DGenerator | FatTreeGenerator | HierarchicalGenerator,
@@ -282,7 +364,13 @@ class ClusterSpec(Spec):
     def _check(self) -> ClusterSpec:
         if self.generator is None and not self.devices:
             raise ValueError("a cluster needs a generator or at least one device")
+        self.size().check()
         return self
+
+    def size(self) -> ClusterSize:
+        """The devices, switches and links the generator and the explicit lists make together."""
+        explicit = ClusterSize(len(self.devices), len(self.switches), len(self.links))
+        return explicit if self.generator is None else self.generator.size() + explicit
 
 
 def _no_repeats(names: list[str], taken: set[str]) -> None:

@@ -225,6 +225,13 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _bound(value: Any) -> str:
+    """A schema bound as a person writes it: ``1``, not ``1.0``; ``0.5`` stays."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
 def _plural(n: Any, word: str) -> str:
     return f"{n} {word}" + ("" if str(n) == "1" else "s")
 
@@ -276,7 +283,7 @@ def _message(err: Any, walk: _Walk) -> tuple[str, Loc]:
     }
     if kind in bounds:
         op, key = bounds[kind]
-        return f"must be {op} {ctx.get(key)}, got {_show(value)}", loc
+        return f"must be {op} {_bound(ctx.get(key))}, got {_show(value)}", loc
     if kind == "too_short":
         return f"needs at least {_plural(ctx.get('min_length'), 'item')}", loc
     if kind == "too_long":

@@ -4,16 +4,29 @@ A node carries its parameter count, forward FLOPs per sample, the bytes of the a
 passes on per sample (what crosses a partition cut) and the activation bytes it keeps for backward
 per sample (what occupies memory). Edges default to a chain in file order. Byte sizes per
 parameter, gradient and optimizer-state element default to mixed-precision Adam (2 + 2 + 12).
+
+Supported sizes, far beyond today's models and small enough that every product the planners form
+stays finite and fits the engine's integers: per node the ranges of
+:data:`parplan.config.units.LIMITS` (1e15 parameters, 1e24 FLOP, 1 EiB); per model
+:data:`MAX_MODEL_PARAMS` parameters; generators up to :data:`MAX_GENERATED_LAYERS` layers, and a
+transformer up to hidden 131,072, 1,024 heads, a 1,048,576-token sequence, a 4,194,304-word
+vocabulary and an FFN multiplier of 64.
 """
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Annotated, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from parplan.config.units import Bytes, Count, Flops
 from parplan.spec import Spec
+
+MAX_MODEL_PARAMS = 1e17
+"""The most parameters a model may have, all nodes together."""
+MAX_GENERATED_LAYERS = 10_000
+"""The most layers (blocks, or fully connected layers) a generator may make."""
 
 
 class ModelNodeSpec(Spec):
@@ -46,12 +59,12 @@ class TransformerGenerator(Spec):
     the whole sequence (2 x params x seq plus attention scores), activations are seq x hidden."""
 
     kind: Literal["transformer"]
-    layers: int = Field(ge=1)
-    hidden: int = Field(ge=1)
-    heads: int = Field(ge=1)
-    sequence_length: int = Field(ge=1, alias="seq_len")
-    vocabulary: int = Field(ge=1, alias="vocab")
-    ffn_multiplier: float = Field(default=4.0, gt=0)
+    layers: int = Field(ge=1, le=MAX_GENERATED_LAYERS)
+    hidden: int = Field(ge=1, le=2**17)
+    heads: int = Field(ge=1, le=1024)
+    sequence_length: int = Field(ge=1, le=2**20, alias="seq_len")
+    vocabulary: int = Field(ge=1, le=2**22, alias="vocab")
+    ffn_multiplier: float = Field(default=4.0, gt=0, le=64)
     tie_embeddings: bool = True
 
     @field_validator("heads")
@@ -67,8 +80,16 @@ class MLPGenerator(Spec):
     """Fully connected layers ``fc0 ..`` between consecutive ``widths`` (input width first)."""
 
     kind: Literal["mlp"]
-    widths: tuple[int, ...] = Field(min_length=2)
+    widths: tuple[Annotated[int, Field(ge=1, le=2**24)], ...] = Field(
+        min_length=2, max_length=MAX_GENERATED_LAYERS + 1
+    )
     bias: bool = True
+
+    @model_validator(mode="after")
+    def _supported(self) -> MLPGenerator:
+        params = sum(a * b + (b if self.bias else 0) for a, b in pairwise(self.widths))
+        _check_params(params, "the widths make")
+        return self
 
 
 ModelGenerator = Annotated[TransformerGenerator | MLPGenerator, Field(discriminator="kind")]
@@ -84,13 +105,16 @@ class ModelSpec(Spec):
     edges: tuple[tuple[str, str], ...] | None = Field(
         default=None, description="[from, to] pairs; default: a chain in the order of nodes"
     )
-    bytes_per_param: float = Field(default=2.0, gt=0, description="weights (fp16/bf16: 2)")
-    bytes_per_grad: float = Field(default=2.0, gt=0, description="gradients (fp16/bf16: 2)")
+    bytes_per_param: float = Field(default=2.0, gt=0, le=16, description="weights (fp16/bf16: 2)")
+    bytes_per_grad: float = Field(default=2.0, gt=0, le=16, description="gradients (fp16/bf16: 2)")
     optimizer_bytes_per_param: float = Field(
-        default=12.0, ge=0, description="optimizer state per parameter (Adam, fp32 master + 2 moments: 12)"
+        default=12.0,
+        ge=0,
+        le=64,
+        description="optimizer state per parameter (Adam, fp32 master + 2 moments: 12)",
     )
     bytes_per_activation_element: float = Field(
-        default=2.0, gt=0, description="used by generators to size activations"
+        default=2.0, gt=0, le=16, description="used by generators to size activations"
     )
 
     @field_validator("nodes")
@@ -121,4 +145,17 @@ class ModelSpec(Spec):
             if self.generator is None:
                 raise ValueError("a model needs either nodes or a generator")
             raise ValueError("give either nodes or a generator, not both")
+        _check_params(sum(n.params for n in self.nodes), "the nodes have")
         return self
+
+
+def _check_params(params: float, what: str) -> None:
+    if params > MAX_MODEL_PARAMS:
+        raise ValueError(
+            f"{what} {_count(params)} parameters; parplan supports models of up to {_count(MAX_MODEL_PARAMS)}"
+        )
+
+
+def _count(value: float) -> str:
+    """A large count as a person (and the count parser) reads it: ``1.5e18``, ``1e17``."""
+    return f"{value:.3g}".replace("e+", "e")

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from parplan.config.units import human_bytes
 from parplan.errors import ConfigError, Issue
 
 Loc = tuple[str | int, ...]
@@ -40,7 +41,12 @@ _EXTENSIONS = ".yaml, .yml, .toml or .json"
 
 MAX_FILE_BYTES = 16 * 2**20
 """Larger files are refused: a configuration is kilobytes, and a huge one is a mistake."""
-_MAX_NODES = 1_000_000  # bounds alias expansion ("billion laughs") and pathological nesting
+MAX_ALIAS_VALUES = 100_000
+"""The most values YAML aliases may add to a document once expanded. An alias repeats its anchor's
+whole subtree, so nested aliases grow a small file exponentially (nine levels of nine aliases make
+387 million values, the "billion laughs"); the reader counts while it composes, before anything is
+expanded, and refuses at the alias that crosses this line."""
+_MAX_NODES = 1_000_000  # bounds pathological files without aliases
 
 
 def file_format(path: str | Path) -> str:
@@ -63,7 +69,10 @@ def read_file(path: str | Path) -> tuple[Any, Positions]:
             raise ConfigError(Issue(shown, "", "is a directory, not a file"))
         size = p.stat().st_size
         if size > MAX_FILE_BYTES:
-            raise ConfigError(Issue(shown, "", f"is {size} bytes; configuration files are limited to 16 MiB"))
+            limit = human_bytes(MAX_FILE_BYTES, precision="short")
+            shown_size = human_bytes(size, precision="short")
+            message = f"is {shown_size} ({size:,} bytes); configuration files are limited to {limit}"
+            raise ConfigError(Issue(shown, "", message))
         raw = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(Issue(shown, "", "does not exist")) from None
@@ -134,9 +143,57 @@ class _DuplicateKeyError(yaml.MarkedYAMLError):
     """A mapping names the same key twice (plain PyYAML silently keeps the last)."""
 
 
+class _AliasBombError(yaml.MarkedYAMLError):
+    """Aliases would expand the document past :data:`MAX_ALIAS_VALUES`, or an alias names its own
+    enclosing anchor."""
+
+
 class PositionLoader(yaml.SafeLoader):
-    """PyYAML's safe loader (no Python tags), refusing duplicate keys, that can report where every
-    mapping key and sequence item starts (:meth:`positions`)."""
+    """PyYAML's safe loader (no Python tags), refusing duplicate keys and alias bombs, that can
+    report where every mapping key and sequence item starts (:meth:`positions`).
+
+    While composing it keeps the expanded size of every finished node (itself plus its children's
+    expanded sizes, in a dict by node), so the cost of each alias is known when it is met: memory
+    stays proportional to the text, never to the expansion.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._expanded: dict[int, int] = {}  # id(node) -> values it stands for once expanded
+        self._alias_values = 0
+        self._values = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            node: Node | None = super().compose_node(parent, index)
+            size = self._expanded.get(id(node))
+            if size is None:  # the anchor is still open: the alias is inside what it names
+                mark = event.start_mark
+                raise _AliasBombError(problem=f"recursive alias *{event.anchor}", problem_mark=mark)
+            self._alias_values += size
+            if self._alias_values > MAX_ALIAS_VALUES:
+                raise _AliasBombError(
+                    problem=f"too many nodes: alias *{event.anchor} repeats {size:,} values, taking the file "
+                    f"past the {MAX_ALIAS_VALUES:,} that aliases may add (a YAML alias bomb?)",
+                    problem_mark=event.start_mark,
+                )
+            return node
+        node = super().compose_node(parent, index)
+        if node is None:  # pragma: no cover - PyYAML composes a node for every node event
+            return node
+        if isinstance(node, MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, SequenceNode):
+            children = list(node.value)
+        else:
+            children = []
+        self._expanded[id(node)] = 1 + sum(self._expanded[id(c)] for c in children)
+        self._values += 1
+        if self._values > _MAX_NODES:
+            mark = node.start_mark
+            raise _AliasBombError(problem=f"has too many nodes (over {_MAX_NODES:,})", problem_mark=mark)
+        return node
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, Node] = {}
@@ -227,7 +284,7 @@ def _yaml_issue(exc: yaml.MarkedYAMLError, shown: str) -> Issue:
     if tag:
         name = tag.group(1).replace("tag:yaml.org,2002:", "!!")
         return Issue(shown, "", f"unsupported YAML tag {name!r}; parplan reads plain YAML only", line, column)
-    if isinstance(exc, _DuplicateKeyError):
+    if isinstance(exc, _DuplicateKeyError | _AliasBombError):
         return Issue(shown, "", problem, line, column)
     context = (exc.context or "").strip()
     message = f"invalid YAML: {problem}" + (f" ({context})" if context and context != problem else "")

@@ -229,7 +229,7 @@ class RandomSelection(Spec):
 
     kind: Literal["random"]
     k: int = Field(ge=1)
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="random seed (numpy takes non-negative seeds)")
 
 
 class RoundRobinSelection(Spec):
@@ -266,10 +266,10 @@ class FederatedStrategy(Spec):
         description="client devices: client i runs on clients[i mod len(clients)] (default: the "
         "cluster's devices after the server); clients sharing a device take turns",
     )
-    samples_per_client: tuple[int, ...] | None = Field(
+    samples_per_client: tuple[Annotated[int, Field(ge=0)], ...] | None = Field(
         default=None, description="local data set sizes (default: the global batch split evenly)"
     )
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="random seed (numpy takes non-negative seeds)")
 
     @field_validator("client_selection")
     @classmethod
@@ -306,7 +306,7 @@ class PerturbExplore(Spec):
     """Multiply each hyperparameter by one of ``factors``."""
 
     kind: Literal["perturb"]
-    factors: tuple[float, ...] = Field(default=(0.8, 1.2), min_length=1)
+    factors: tuple[Annotated[float, Field(gt=0)], ...] = Field(default=(0.8, 1.2), min_length=1)
 
 
 class ResampleExplore(Spec):
@@ -334,7 +334,7 @@ class PopulationBasedStrategy(Spec):
         description="devices the members train on (default: all of the cluster's); members beyond "
         "the devices queue and train in waves",
     )
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, description="random seed (numpy takes non-negative seeds)")
 
     def waves(self, num_devices: int) -> int:
         """How many rounds of training one generation takes when members share ``num_devices``."""

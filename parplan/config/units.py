@@ -6,6 +6,13 @@ in files are taken as base units. Each quantity kind has a parser that raises :c
 the offending text quoted (pydantic turns it into a validation issue), and a formatter whose output
 parses back to exactly the same float, so specs round-trip through every file format.
 
+The spec types (:data:`Bytes`, :data:`Bandwidth`, ...) also hold values to the supported range of
+their kind, :data:`LIMITS`: far beyond any real hardware or model, and small enough that every
+product the planners and the engine form stays a finite float and fits the engine's integers. Rates
+and capacities that divide (a device's compute rate, memory, memory bandwidth, a link's bandwidth)
+use the ``Positive*`` types: zero is refused at load time, never turned into a division by zero or a
+silently free operation. No quantity may be infinite.
+
 For people rather than files, :func:`human_bytes` writes a size with a binary prefix and three
 significant digits; it is the one byte formatter of parplan: tables (through
 :mod:`parplan.report.humanize`, which also scales times and bandwidths with :func:`human`), the
@@ -28,6 +35,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from typing import Annotated, Any, Literal
 
@@ -37,7 +45,14 @@ _NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<unit>[^\d\s].*?)?\s*$")
 
 _DECIMAL = {"": "1", "k": "1e3", "K": "1e3", "M": "1e6", "G": "1e9", "T": "1e12", "P": "1e15", "E": "1e18"}
-_BINARY = {"Ki": "1024", "Mi": str(2**20), "Gi": str(2**30), "Ti": str(2**40), "Pi": str(2**50)}
+_BINARY = {
+    "Ki": "1024",
+    "Mi": str(2**20),
+    "Gi": str(2**30),
+    "Ti": str(2**40),
+    "Pi": str(2**50),
+    "Ei": str(2**60),
+}
 
 
 def _build_table(bases: dict[str, str], prefixes: dict[str, str]) -> dict[str, Decimal]:
@@ -175,38 +190,87 @@ def format_count(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
+@dataclass(frozen=True)
+class Limit:
+    """The supported range of one quantity kind: up to ``maximum`` (base units), written ``text``."""
+
+    maximum: float
+    text: str
+
+
+LIMITS: dict[str, Limit] = {
+    "size": Limit(2.0**60, "1 EiB"),
+    "bandwidth": Limit(1e18, "1 EB/s"),
+    "duration": Limit(86400.0, "86400 s (one day)"),
+    "FLOP count": Limit(1e24, "1e24 FLOP"),
+    "compute rate": Limit(1e21, "1e21 FLOP/s"),
+    "count": Limit(1e15, "1e15"),
+}
+"""The largest value a spec accepts for each quantity kind (what :data:`Bytes` etc. enforce)."""
+
+
+def _shown(value: Any) -> str:
+    """A value as the file wrote it, for messages: text quoted, numbers plain."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        return str(int(value))
+    return repr(value)
+
+
+def _checked(parse: Callable[[Any], float], kind: str, positive: bool) -> Callable[[Any], float]:
+    """``parse`` followed by the range checks of a spec field: within :data:`LIMITS`, > 0 if asked."""
+    limit = LIMITS[kind]
+
+    def check(value: Any) -> float:
+        number = parse(value)
+        if positive and number <= 0:
+            raise ValueError(f"must be > 0, got {_shown(value)}")
+        if number > limit.maximum:
+            raise ValueError(f"must be at most {limit.text}, got {_shown(value)}")
+        return number
+
+    return check
+
+
 def _annotated(
     parse: Callable[[Any], float],
     fmt: Callable[[float], str | float] | Callable[[float], int | float],
+    kind: str,
     example: str,
     written_as: Any = str | float,
+    positive: bool = False,
 ) -> Any:
+    bound: dict[str, float] = {"exclusiveMinimum": 0} if positive else {"minimum": 0}
+    number = {"type": "number", **bound, "maximum": LIMITS[kind].maximum}
     return Annotated[
         float,
-        BeforeValidator(parse),
+        BeforeValidator(_checked(parse, kind, positive)),
         PlainSerializer(fmt, return_type=written_as, when_used="always"),
-        WithJsonSchema(
-            {"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "examples": [example]}]}
-        ),
+        WithJsonSchema({"anyOf": [number, {"type": "string", "examples": [example]}]}),
     ]
 
 
-Bytes = _annotated(parse_bytes, format_bytes, "64 MiB")
-"""A size in bytes; files may write "80 GiB"."""
-Bandwidth = _annotated(parse_bandwidth, format_bandwidth, "25 GB/s")
-"""A bandwidth in bytes per second; files may write "100 Gbit/s"."""
-Seconds = _annotated(parse_time, format_time, "2 us")
-"""A duration in seconds; files may write "1.5 us"."""
-Flops = _annotated(parse_flops, format_flops, "3 GFLOP")
-"""A number of floating-point operations; files may write "3 GFLOP"."""
-FlopRate = _annotated(parse_flop_rate, format_flop_rate, "312 TFLOP/s")
-"""A compute rate in FLOP per second; files may write "312 TFLOP/s"."""
-Count = _annotated(parse_count, format_count, "1.3B", written_as=int | float)
-"""A (possibly large) count such as a parameter count; files may write "1.3B"."""
-
+Bytes = _annotated(parse_bytes, format_bytes, "size", "64 MiB")
+"""A size in bytes, 0 to 1 EiB; files may write "80 GiB"."""
+PositiveBytes = _annotated(parse_bytes, format_bytes, "size", "80 GiB", positive=True)
+"""A capacity in bytes: like :data:`Bytes`, but 0 is refused."""
+Bandwidth = _annotated(parse_bandwidth, format_bandwidth, "bandwidth", "25 GB/s")
+"""A bandwidth in bytes per second, 0 to 1 EB/s; files may write "100 Gbit/s"."""
+PositiveBandwidth = _annotated(parse_bandwidth, format_bandwidth, "bandwidth", "25 GB/s", positive=True)
+"""A bandwidth something is divided by: like :data:`Bandwidth`, but 0 is refused."""
+Seconds = _annotated(parse_time, format_time, "duration", "2 us")
+"""A duration in seconds, 0 to one day; files may write "1.5 us"."""
+Flops = _annotated(parse_flops, format_flops, "FLOP count", "3 GFLOP")
+"""A number of floating-point operations, 0 to 1e24; files may write "3 GFLOP"."""
+FlopRate = _annotated(parse_flop_rate, format_flop_rate, "compute rate", "312 TFLOP/s")
+"""A compute rate in FLOP per second, 0 to 1e21; files may write "312 TFLOP/s"."""
+PositiveFlopRate = _annotated(parse_flop_rate, format_flop_rate, "compute rate", "312 TFLOP/s", positive=True)
+"""A compute rate something is divided by: like :data:`FlopRate`, but 0 is refused."""
+Count = _annotated(parse_count, format_count, "count", "1.3B", written_as=int | float)
+"""A (possibly large) count such as a parameter count, 0 to 1e15; files may write "1.3B"."""
 
 # -- numbers for people ---------------------------------------------------------------------------
 BINARY_SIZE_STEPS: tuple[tuple[float, str], ...] = (
+    (2.0**60, "EiB"),
     (2.0**50, "PiB"),
     (2.0**40, "TiB"),
     (2.0**30, "GiB"),
@@ -215,9 +279,6 @@ BINARY_SIZE_STEPS: tuple[tuple[float, str], ...] = (
     (1.0, "B"),
 )
 """Binary size units, largest first (memory capacities are quoted in GiB)."""
-
-_SHORT_SIZE_STEPS = BINARY_SIZE_STEPS[1:-1]
-"""The units of ``precision="short"``: TiB down to KiB; below 1 KiB whole bytes."""
 
 
 def sig3(value: float) -> str:
@@ -282,13 +343,37 @@ def human_bytes(
     factors = {u: f for f, u in BINARY_SIZE_STEPS}
     if precision == "short":
         if unit is None:
-            unit = next((u for f, u in _SHORT_SIZE_STEPS if size_bytes >= f), "B")
+            return _short_bytes(size_bytes)
         if unit == "B":
             return f"{size_bytes:.0f} B"
         return f"{size_bytes / factors[unit]:.3g} {unit}"
     if unit is not None:
         return f"{sig3(size_bytes / factors[unit])} {unit}"
     return human(size_bytes, BINARY_SIZE_STEPS)
+
+
+def _short_bytes(size_bytes: float) -> str:
+    """A size for messages: binary units, 3 significant digits, no trailing zeros, whole bytes
+    below 1 KiB, never an exponent (``1023.99 MiB`` reads ``1 GiB``, not ``1.02e+03 MiB``).
+
+    >>> _short_bytes(0), _short_bytes(1000), _short_bytes(1536), _short_bytes(1.07374e9), _short_bytes(0.5)
+    ('0 B', '1000 B', '1.5 KiB', '1 GiB', '0.5 B')
+    """
+    magnitude = abs(size_bytes)
+    if not math.isfinite(size_bytes):
+        return f"{size_bytes} B"
+    if magnitude < 1:  # a fraction of a byte (averages): three decimals at most, never an exponent
+        return f"{float(f'{size_bytes:.3f}'):g} B"
+    steps = BINARY_SIZE_STEPS
+    for i, (factor, unit) in enumerate(steps):
+        if magnitude >= factor:
+            digits = 4 if unit == "B" else 3  # whole bytes up to 1023
+            scaled = float(f"{size_bytes / factor:.{digits}g}")
+            if abs(scaled) >= (1024 if unit == "B" else 1000) and i > 0:  # 1023.99 MiB: 1 GiB
+                factor, unit = steps[i - 1]
+                scaled = float(f"{size_bytes / factor:.3g}")
+            return f"{scaled:g} {unit}"
+    raise AssertionError("unreachable: 1 B matches every size >= 1")  # pragma: no cover
 
 
 TIME_STEPS: tuple[tuple[float, str], ...] = (

@@ -140,10 +140,16 @@ class _Builder:
 def build_network(spec: ClusterSpec, router: Router | None = None) -> Network:
     """The :class:`Network` of a cluster spec: generator first, then explicit extras.
 
-    Raises :class:`TopologyError` for a link naming an unknown endpoint, a name used twice, a link
-    given twice or looping on one node, a device without links in a cluster of several devices, or
-    devices that cannot reach each other (naming them).
+    Raises :class:`TopologyError` for a cluster beyond the supported sizes (checked first, from the
+    spec's arithmetic, so a spec made without validation cannot exhaust memory either), a link naming
+    an unknown endpoint, a name used twice, a link given twice or looping on one node, a device
+    without links in a cluster of several devices, or devices that cannot reach each other (naming
+    them).
     """
+    try:
+        spec.size().check()
+    except ValueError as exc:
+        raise TopologyError(f"cluster {spec.name!r}: {exc}") from None
     b = _Builder(spec.name)
     gen = spec.generator
     if isinstance(gen, SwitchGenerator):

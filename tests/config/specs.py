@@ -60,6 +60,12 @@ positive = st.floats(min_value=1e-12, max_value=1e18, allow_nan=False, allow_inf
 nice = st.sampled_from([1.0, 2.5, 1e3, 25e9, 12.5e9, 2**30, 80 * 2**30, 312e12, 1.5e-6, 2e-6, 0.7e-6])
 quantity = positive | nice
 non_negative = st.just(0.0) | quantity
+# durations stay within a day (parplan.config.units.LIMITS); every other kind allows 1e18
+durations = (
+    st.just(0.0)
+    | st.floats(min_value=1e-12, max_value=86400.0)
+    | st.sampled_from([1.5e-6, 2e-6, 0.7e-6, 1.0, 2.5, 1e3])
+)
 counts = st.integers(min_value=0, max_value=10**13).map(float) | st.floats(min_value=0, max_value=1e13)
 optional_text = st.none() | texts
 
@@ -68,7 +74,7 @@ def device_templates() -> st.SearchStrategy[DeviceTemplate]:
     return st.builds(
         DeviceTemplate,
         peak_flops=quantity,
-        memory=non_negative,
+        memory=quantity,
         efficiency=st.floats(min_value=0.01, max_value=1.0),
         memory_bandwidth=st.none() | quantity,
         speed_factor=st.floats(min_value=0.05, max_value=20),
@@ -76,7 +82,7 @@ def device_templates() -> st.SearchStrategy[DeviceTemplate]:
 
 
 def link_templates() -> st.SearchStrategy[LinkTemplate]:
-    return st.builds(LinkTemplate, bandwidth=quantity, latency=non_negative, full_duplex=st.booleans())
+    return st.builds(LinkTemplate, bandwidth=quantity, latency=durations, full_duplex=st.booleans())
 
 
 def generators() -> st.SearchStrategy[Any]:

@@ -308,7 +308,7 @@ def test_cluster_and_model_messages(tmp_path: Path) -> None:
             "1:35 generator.hosts: a fat tree with k=2 has at most 2 hosts, asked 9"
         ),
         "devices:\n  - {name: a, peak_flops: 1, memory: 1, efficiency: 1.5}\n": (
-            "2:41 devices[0].efficiency: must be <= 1.0, got 1.5"
+            "2:41 devices[0].efficiency: must be <= 1, got 1.5"
         ),
         "devices:\n  - {name: a, peak_flops: 1, memory: 1}\nswitches: [{name: a}]\n": (
             "3:1 switches: name 'a' is used twice"

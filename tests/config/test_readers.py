@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from parplan.config.readers import read_file, read_text
+from parplan.config.readers import MAX_ALIAS_VALUES, MAX_FILE_BYTES, read_file, read_text
 from parplan.errors import ConfigError
 
 YAML = """\
@@ -149,6 +150,58 @@ def test_yaml_alias_bomb_is_refused() -> None:
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8)]
     with pytest.raises(ConfigError, match="too many nodes"):
         read_text("\n".join(lines) + "\n", "bomb.yaml")
+
+
+def laughs(levels: int, width: int = 9) -> str:
+    lines = [f"a0: &a0 [{', '.join(['lol'] * width)}]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels + 1)]
+    return "\n".join([*lines, ""])
+
+
+def test_an_alias_bomb_is_refused_at_its_alias_before_anything_is_expanded() -> None:
+    """Nine levels of nine: 387 million values once expanded; refused at the first alias that takes
+    the expansion past MAX_ALIAS_VALUES, in memory proportional to the text."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError) as info:
+            read_text(laughs(9), "bomb.yaml")
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    (issue,) = info.value.issues
+    assert (issue.line, issue.column) == (6, 10)  # the first *a4 of a5
+    assert issue.message == (
+        f"too many nodes: alias *a4 repeats 66,430 values, taking the file past the {MAX_ALIAS_VALUES:,} "
+        "that aliases may add (a YAML alias bomb?)"
+    )
+    assert peak_bytes < 10 * 2**20
+
+
+def test_aliases_below_the_limit_still_expand() -> None:
+    data, _ = read_text(laughs(4), "ok.yaml")  # 9 x 7,381 values repeated: under the limit
+    assert len(data["a4"]) == 9 and data["a4"][8][8][8][8] == ["lol"] * 9
+    devices = "\n".join(f"  - {{<<: *gpu, name: d{i}}}" for i in range(2000))
+    data, positions = read_text(
+        f"gpu: &gpu {{peak_flops: 1 TFLOP/s, memory: 1 GiB}}\ndevices:\n{devices}\n", "m.yaml"
+    )
+    assert data["devices"][1999] == {"peak_flops": "1 TFLOP/s", "memory": "1 GiB", "name": "d1999"}
+    assert positions[("devices", 1999, "name")] == (2002, 16)
+
+
+def test_a_recursive_alias_is_placed_at_the_alias() -> None:
+    with pytest.raises(ConfigError) as info:
+        read_text("a: 1\nb: &x\n  c: [1, *x]\n", "r.yaml")
+    (issue,) = info.value.issues
+    assert (issue.line, issue.column, issue.message) == (3, 10, "recursive alias *x")
+
+
+def test_a_file_too_large_says_its_size_in_human_units(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"#" * (MAX_FILE_BYTES + 1))
+    with pytest.raises(ConfigError) as info:
+        read_file(path)
+    expected = "is 16 MiB (16,777,217 bytes); configuration files are limited to 16 MiB"
+    assert info.value.issues[0].message == expected
 
 
 def test_yaml_merge_keys_work_and_are_placed(tmp_path: Path) -> None:

@@ -8,6 +8,10 @@ Config (the ``config`` mapping of a ``custom`` strategy with ``coordinator: para
   names; default every device that is not a server;
 - ``sync``: ``true`` (default) for synchronous training, ``false`` for asynchronous.
 
+:meth:`ParameterServerCoordinator.validate` checks all of it for ``validate-config`` (the shape on
+its own, the device names and counts against a scenario's cluster), and the coordinator runs the
+same checks when called.
+
 The parameters are split evenly into S shards (flat, like BytePS' equal-size partitions), shard
 ``s`` living on server ``s``. The global batch is split evenly over the workers (sizes differ by at
 most one). One step:
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 from parplan.errors import PluginError
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.compute import optimizer_seconds, step_compute
+from parplan.plan.coordinators import ConfigProblem
 from parplan.plan.memory import combine, saved_activation_bytes
 from parplan.taskgraph import TaskGraphBuilder
 
@@ -50,49 +55,82 @@ NAME = "parameter_server"
 CONFIG_KEYS = ("servers", "workers", "sync")
 
 
-def _devices(network: Network, value: Any, what: str, default: list[str], pool: str) -> list[str]:
-    """Devices from an int (count, taken from ``default`` in order) or a list of names."""
+def _devices(
+    value: Any, what: str, network: Network | None, default: list[str], pool: str
+) -> tuple[list[str], list[ConfigProblem]]:
+    """Devices from an int (count, taken from ``default`` in order) or a list of names, and the
+    problems with ``value``; names and counts are held against the cluster only when there is one."""
+    loc: tuple[str | int, ...] = (what,)
     if isinstance(value, bool) or not isinstance(value, int | list | tuple):
-        raise PluginError(f"{NAME}: {what} must be a count or a list of device names, got {value!r}")
+        return [], [ConfigProblem(loc, f"{what} must be a count or a list of device names, got {value!r}")]
     if isinstance(value, int):
         if value < 1:
-            raise PluginError(f"{NAME}: {what} must be >= 1, got {value}")
-        if value > len(default):
-            raise PluginError(f"{NAME}: {value} {what} asked, {pool} has only {len(default)} devices")
-        return default[:value]
+            return [], [ConfigProblem(loc, f"{what} must be >= 1, got {value}")]
+        if network is not None and value > len(default):
+            return [], [ConfigProblem(loc, f"{value} {what} asked, {pool} has only {len(default)} devices")]
+        return default[:value], []
     names = [str(v) for v in value]
     if not names:
-        raise PluginError(f"{NAME}: {what} is an empty list")
-    for d in names:
-        if d not in network.devices:
-            raise PluginError(f"{NAME}: {what} names {d!r}, which is not a device of the cluster")
-    if len(set(names)) < len(names):
-        raise PluginError(f"{NAME}: {what} lists a device twice: {names}")
-    return names
+        return [], [ConfigProblem(loc, f"{what} is an empty list")]
+    problems = []
+    if network is not None:
+        known = set(network.devices)
+        problems += [
+            ConfigProblem((what, i), f"{what} names {d!r}, which is not a device of the cluster")
+            for i, d in enumerate(names)
+            if d not in known
+        ]
+    first: dict[str, int] = {}
+    for i, d in enumerate(names):
+        if d in first:
+            problems.append(ConfigProblem((what, i), f"{what} lists {d!r} twice (also at [{first[d]}])"))
+        first.setdefault(d, i)
+    return names, problems
+
+
+def read_config(
+    config: Mapping[str, Any], network: Network | None
+) -> tuple[list[str], list[str], bool, list[ConfigProblem]]:
+    """Servers, workers and sync mode from ``config``, and every problem with it.
+
+    Without a network only the config's shape is checked (the device lists then stay empty).
+    """
+    problems = [
+        ConfigProblem((key,), f"unknown config key {key!r}; valid: {', '.join(CONFIG_KEYS)}")
+        for key in config
+        if key not in CONFIG_KEYS
+    ]
+    sync = config.get("sync", True)
+    if not isinstance(sync, bool):
+        problems.append(ConfigProblem(("sync",), f"sync must be true or false, got {sync!r}"))
+    all_devices = list(network.devices) if network is not None else []
+    servers, found = _devices(config.get("servers", 1), "servers", network, all_devices, "the cluster")
+    problems += found
+    rest = [d for d in all_devices if d not in servers]
+    workers = rest
+    if "workers" in config:
+        workers, found = _devices(config["workers"], "workers", network, rest, "what the servers leave")
+        problems += found
+    elif network is not None and servers and not workers:
+        problems.append(ConfigProblem(("servers",), f"no worker devices left after {len(servers)} server(s)"))
+    return servers, workers, sync if isinstance(sync, bool) else True, problems
 
 
 class ParameterServerCoordinator:
     """A sharded parameter server (see the module docstring); registered as ``parameter_server``."""
 
+    def validate(self, config: Mapping[str, Any], network: Network | None) -> list[ConfigProblem]:
+        """Every problem with ``config`` (the validation hook ``validate-config`` calls)."""
+        return read_config(config, network)[3]
+
     def __call__(
         self, network: Network, model: ModelGraph, training: TrainingSpec, config: Mapping[str, Any]
     ) -> PlanWork:
         """One synchronous (or asynchronous) parameter-server step."""
-        unknown = sorted(set(config) - set(CONFIG_KEYS))
-        if unknown:
-            raise PluginError(f"{NAME}: unknown config key {unknown[0]!r}; valid: {', '.join(CONFIG_KEYS)}")
-        sync = config.get("sync", True)
-        if not isinstance(sync, bool):
-            raise PluginError(f"{NAME}: sync must be true or false, got {sync!r}")
-        all_devices = list(network.devices)
-        servers = _devices(network, config.get("servers", 1), "servers", all_devices, "the cluster")
-        rest = [d for d in all_devices if d not in servers]
-        if "workers" in config:
-            workers = _devices(network, config["workers"], "workers", rest, "what the servers leave")
-        else:
-            workers = rest
-        if not workers:
-            raise PluginError(f"{NAME}: no worker devices left after {len(servers)} server(s)")
+        servers, workers, sync, problems = read_config(config, network)
+        errors = [p for p in problems if p.severity == "error"]
+        if errors:
+            raise PluginError(f"{NAME}: {errors[0].message}")
         ctx = PlanContext(network, model, model.spec, training)
         return _plan(ctx, servers, workers, sync)
 
