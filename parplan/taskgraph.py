@@ -12,6 +12,10 @@ Kinds of task:
 - ``TRANSFER``: moves ``size_bytes`` from ``device`` (source) to ``dst`` over the routed path; when
   ``reduce`` is set, the receiver then adds it into its buffer, costing gamma x bytes on the
   receiver's reduction stream.
+  A transfer may carry a ``protocol`` (NCCL's LL / LL128 / Simple, :data:`PROTOCOLS`; -1: none),
+  which sets the bytes on the wire and the per-step latency the transport charges, and
+  ``overhead_s``: a fixed delay before its bytes move that the plan charges (a collective call's
+  software and launch cost on its first messages).
 - ``MARKER``: takes no time; joins dependencies (e.g. "bucket 3 ready").
 
 ``label`` indexes ``labels`` (a string table) and ``category`` indexes ``categories`` (e.g.
@@ -29,6 +33,10 @@ import numpy.typing as npt
 from parplan.errors import SimulationError
 
 COMPUTE, TRANSFER, MARKER = 0, 1, 2
+
+PROTOCOLS = ("ll", "ll128", "simple")
+"""NCCL's protocols by the code a transfer's ``protocol`` column holds (-1: no protocol)."""
+NO_PROTOCOL = -1
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -50,6 +58,8 @@ class TaskGraph:
     priority: IntArray  # lower runs first among ready tasks on a compute stream
     category: IntArray
     label: IntArray
+    protocol: npt.NDArray[np.int8]  # index into PROTOCOLS, -1 for none
+    overhead_s: FloatArray  # fixed delay a transfer pays before its bytes move (0 otherwise)
     dep_offsets: IntArray
     dep_indices: IntArray
     categories: tuple[str, ...]
@@ -151,11 +161,13 @@ class TaskGraphBuilder:
         reduce: bool = False,
         category: str = "transfer",
         label: str = "",
+        protocol: int = NO_PROTOCOL,
+        overhead_s: float = 0.0,
     ) -> int:
         """A point-to-point transfer; returns its id."""
         return self._add(
             deps, kind=TRANSFER, device=self.device_id(src), dst=self.device_id(dst),
-            size_bytes=float(size_bytes), reduce=reduce,
+            size_bytes=float(size_bytes), reduce=reduce, protocol=protocol, overhead_s=float(overhead_s),
             category=self.category_id(category), label=self.label_id(label or category),
         )
 
@@ -225,19 +237,22 @@ class TaskGraphBuilder:
             devices=tuple(self.devices),
             kind=cols["kind"], device=cols["device"], dst=cols["dst"], size_bytes=cols["size_bytes"],
             seconds=cols["seconds"], flops=cols["flops"], reduce=cols["reduce"], priority=cols["priority"],
-            category=cols["category"], label=cols["label"], dep_offsets=offsets, dep_indices=flat,
+            category=cols["category"], label=cols["label"], protocol=cols["protocol"],
+            overhead_s=cols["overhead_s"], dep_offsets=offsets, dep_indices=flat,
             categories=tuple(self._cat_index), labels=tuple(self._label_index), meta=dict(meta or {}),
         )
 
 
 _COLUMNS = (
     "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "category", "label",
+    "protocol", "overhead_s",
 )
 _DTYPES: dict[str, type] = {
     "kind": np.int8, "device": np.int64, "dst": np.int64, "size_bytes": np.float64, "seconds": np.float64,
     "flops": np.float64, "reduce": np.bool_, "priority": np.int64, "category": np.int64, "label": np.int64,
+    "protocol": np.int8, "overhead_s": np.float64,
 }
 _DEFAULTS: dict[str, object] = {
     "kind": MARKER, "device": -1, "dst": -1, "size_bytes": 0.0, "seconds": 0.0, "flops": 0.0,
-    "reduce": False, "priority": 0, "category": 0, "label": 0,
+    "reduce": False, "priority": 0, "category": 0, "label": 0, "protocol": NO_PROTOCOL, "overhead_s": 0.0,
 }

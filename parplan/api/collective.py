@@ -283,11 +283,12 @@ def _simulate(
 ) -> tuple[SimResult, TaskGraph]:
     """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated."""
     from parplan.engine.simulate import simulate
-    from parplan.plan.collective import collective_taskgraph
+    from parplan.plan.collective import call_overhead_s, collective_taskgraph
 
     found = get(spec.name)
     schedule = found.build(spec, len(devices), count, groups)
-    graph = collective_taskgraph(schedule, devices, element_bytes)
+    call_s = call_overhead_s(network.transport, spec.name, None)
+    graph = collective_taskgraph(schedule, devices, element_bytes, call_overhead_s=call_s)
     return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
 
 

@@ -101,10 +101,11 @@ class Flows:
         self.cache.flush_busy()
 
     # -- flows entering ----------------------------------------------------------------------
-    def issue(self, tasks: IntArray, rids: IntArray) -> None:
-        """Transfers ``tasks`` on routes ``rids`` are issued now; their bytes move after the latency."""
+    def issue(self, tasks: IntArray, rids: IntArray, delay_s: FloatArray | None = None) -> None:
+        """Transfers ``tasks`` on routes ``rids`` are issued now; their bytes move after ``delay_s``
+        (by default the routes' latency; the transport's per-message costs when the engine adds them)."""
         now = self.kernel.now
-        lat = self.routes.latency_s[rids]
+        lat = self.routes.latency_s[rids] if delay_s is None else delay_s
         if self.exclusive:
             # The flows take slots now, each starting after its latency; if any would overlap
             # another on a channel, _book switches to the shared regime.

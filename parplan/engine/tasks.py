@@ -21,7 +21,9 @@ from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray
 from parplan.errors import SimulationError
 from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, TaskGraph
 
-_COLUMNS = ("kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority")
+_COLUMNS = (
+    "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "protocol", "overhead_s",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +45,8 @@ class TaskView:
     priority: IntArray
     dep_offsets: IntArray
     dep_indices: IntArray
+    protocol: npt.NDArray[np.int8]
+    overhead_s: FloatArray
 
     @classmethod
     def of(cls, graph: TaskGraph) -> TaskView:
@@ -50,6 +54,7 @@ class TaskView:
         view = cls(
             graph.devices, graph.kind, graph.device, graph.dst, graph.size_bytes, graph.seconds,
             graph.flops, graph.reduce, graph.priority, graph.dep_offsets, graph.dep_indices,
+            graph.protocol, graph.overhead_s,
         )  # fmt: skip
         view._check()
         return view

@@ -25,9 +25,11 @@ leave open are named here:
 Nodes carry ``kind`` ("device" or "switch") and ``role`` ("host", "switch", "edge", "aggregation",
 "core", "node_switch", "nic", "fabric", or "device"/"switch" for explicit ones); devices carry the
 compute attributes of :class:`~parplan.topology.network.DeviceInfo`. Each direction of a link is an
-edge with ``bandwidth_Bps``, ``latency_s``, ``channel`` and ``channel_name``. Channels are numbered in
-the order links are laid down: a full-duplex link ``a``-``b`` takes channel ``c`` for ``a->b`` and
-``c+1`` for ``b->a``; a half-duplex link takes one channel, named ``a<->b``, for both directions.
+edge with ``bandwidth_Bps`` (the line rate), ``latency_s``, ``channel``, ``channel_name``,
+``link_class`` (or ``None``) and ``efficiency`` (the share of the line rate payload gets).
+Channels are numbered in the order links are laid down: a full-duplex link ``a``-``b`` takes
+channel ``c`` for ``a->b`` and ``c+1`` for ``b->a``; a half-duplex link takes one channel, named
+``a<->b``, for both directions.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ from parplan.config.cluster import (
     RingGenerator,
     SwitchGenerator,
     Torus2DGenerator,
+    TransportCosts,
+    TransportSpec,
+    default_transport,
 )
 from parplan.errors import TopologyError
 from parplan.topology.network import Network, Router, shortest_hop_route, spread_route
@@ -124,6 +129,8 @@ class _Builder:
                 channel=ch,
                 channel_name=label,
                 full_duplex=bool(template.full_duplex),
+                link_class=template.link_class,
+                efficiency=template.achievable_efficiency,
             )
 
 
@@ -155,7 +162,15 @@ def build_network(spec: ClusterSpec, router: Router | None = None) -> Network:
     _check_connected(b.graph, spec.name)
     if router is None:
         router = default_router(spec)
-    return Network(b.graph, name=spec.name, router=router)
+    return Network(b.graph, name=spec.name, router=router, transport=cluster_transport(spec, b.graph))
+
+
+def cluster_transport(spec: ClusterSpec, graph: nx.DiGraph) -> TransportCosts:
+    """The cluster's transport: the file's, else the default its link classes imply."""
+    if spec.transport is not None:
+        return spec.transport.resolved()
+    classes = {str(c) for _, _, c in graph.edges(data="link_class") if c}
+    return TransportSpec(kind=default_transport(classes)).resolved()
 
 
 def default_router(spec: ClusterSpec) -> Router:

@@ -1,0 +1,90 @@
+"""What one message costs beyond link latency and bandwidth: the transport's per-message terms.
+
+A transfer issued at ``t`` starts moving bytes at ``t + delay`` where
+
+    delay = path latency                                      (the links, as in pure alpha-beta)
+          + overhead_s                                         (the plan's: a call's first messages)
+          + send_overhead_s + recv_overhead_s                  (LogGP's o on both ends)
+          + 2 x (path latency + o_send + o_recv)  if size > eager_threshold   (rendezvous round trip)
+          + NCCL's per-step latency of the protocol on the route's hardware   (``nccl`` only)
+
+and its bytes on the wire are ``size / protocol efficiency`` under ``nccl``: LL sends 8 bytes per 4
+of data (a flag beside each word, 50%), LL128 120 of every 128 (93.75%), Simple all of them
+(transfers without a protocol are Simple). The per-step latencies are NCCL 2.30.7's ring ``hwLat``
+(:data:`parplan.collectives.nccl_tables.HW_LATENCY_US`) for the route's hardware: NVLink when it
+stays on NVLink, PCI when it crosses PCIe, NET when it leaves the node. The ``ideal`` transport adds
+nothing: the closed forms of :mod:`parplan.engine.analytic` are its oracle.
+
+The transport is the network's (:attr:`parplan.topology.network.Network.transport`); link
+efficiencies are already in the network's channel bandwidths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parplan.collectives.nccl_tables import HW_LATENCY_US, Hardware
+from parplan.config.cluster import TransportCosts
+from parplan.engine.arrays import FloatArray, IntArray
+from parplan.engine.routes import RouteTable
+from parplan.taskgraph import PROTOCOLS
+
+PROTOCOL_EFFICIENCY: dict[str, float] = {"ll": 0.5, "ll128": 120 / 128, "simple": 1.0}
+"""Payload share of the bytes each NCCL protocol puts on the wire."""
+
+_SIMPLE = PROTOCOLS.index("simple")
+_HARDWARE_ROWS: tuple[Hardware, ...] = ("nvlink", "pci", "net")  # indexed by the network's hardware codes
+
+# [hardware code, protocol code] -> seconds per step (NCCL's ring hwLat).
+STEP_LATENCY_S = np.array(
+    [[HW_LATENCY_US[hw]["ring"][PROTOCOLS.index(p)] * 1e-6 for p in PROTOCOLS] for hw in _HARDWARE_ROWS]
+)
+_EFFICIENCY = np.array([PROTOCOL_EFFICIENCY[p] for p in PROTOCOLS])
+
+
+class MessagePricer:
+    """Prices the transfers of one run: their delay before bytes move, their bytes on the wire."""
+
+    def __init__(
+        self,
+        transport: TransportCosts,
+        routes: RouteTable,
+        size_bytes: FloatArray,
+        protocol: np.ndarray,
+        overhead_s: FloatArray,
+    ) -> None:
+        self.transport = transport
+        self.routes = routes
+        self.size_bytes = size_bytes
+        self.nccl = transport.kind == "nccl"
+        self.protocol = np.where(protocol < 0, _SIMPLE, protocol).astype(np.int64) if self.nccl else None
+        self.overhead_s = overhead_s if bool(np.any(overhead_s)) else None
+        self.per_message_s = transport.send_overhead_s + transport.recv_overhead_s
+        self.plain = not self.nccl and self.overhead_s is None and self.per_message_s == 0.0 and (
+            transport.eager_threshold_bytes == float("inf")
+        )
+
+    def wire_bytes(self) -> FloatArray:
+        """Bytes each task puts on the wire (its size, or more under an NCCL protocol)."""
+        if self.protocol is None:
+            return self.size_bytes
+        wire: FloatArray = self.size_bytes / _EFFICIENCY[self.protocol]
+        return wire
+
+    def delay_s(self, tasks: IntArray, rids: IntArray) -> FloatArray:
+        """Seconds from issue until the bytes of ``tasks`` (on routes ``rids``) start moving."""
+        latency = self.routes.latency_s[rids]
+        if self.plain:
+            return latency
+        delay = latency + self.per_message_s
+        if self.overhead_s is not None:
+            delay = delay + self.overhead_s[tasks]
+        threshold = self.transport.eager_threshold_bytes
+        if threshold != float("inf"):
+            rendezvous = self.size_bytes[tasks] > threshold
+            delay = delay + rendezvous * 2.0 * (latency + self.per_message_s)
+        if self.protocol is not None:
+            hardware = np.maximum(self.routes.hardware[rids], 0)
+            delay = delay + STEP_LATENCY_S[hardware, self.protocol[tasks]]
+        result: FloatArray = delay
+        return result
