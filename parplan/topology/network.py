@@ -6,8 +6,8 @@ rate), ``latency_s`` and ``channel``: the index of the bandwidth resource it use
 ``efficiency`` (share of the line rate that carries payload, default 1) and ``link_class``.
 Full-duplex links give each direction its own channel; a half-duplex link's two directions share
 one. The engine shares bandwidth per channel, so ``channel_bandwidth_Bps`` (line rate x
-efficiency: what payload gets), ``channel_names`` and ``channel_hardware`` are what it reads (an edge's optional ``channel_name``
-attribute names its channel; otherwise ``"u->v"``). ``transport`` is the cluster's per-message cost
+efficiency: what payload gets), ``channel_names`` and ``channel_hardware`` are what it reads (an
+edge's optional ``channel_name`` attribute names its channel; otherwise ``"u->v"``). ``transport`` is the cluster's per-message cost
 profile (:class:`~parplan.config.cluster.TransportCosts`; ``ideal`` unless given).
 
 Routing is pluggable (any :data:`Router`); the default, :func:`shortest_hop_route`, is the
