@@ -8,7 +8,8 @@ Full-duplex links give each direction its own channel; a half-duplex link's two 
 one. The engine shares bandwidth per channel, so ``channel_bandwidth_Bps`` (line rate x
 efficiency: what payload gets), ``channel_names`` and ``channel_hardware`` are what it reads (an
 edge's optional ``channel_name`` attribute names its channel; otherwise ``"u->v"``).
-``transport`` is the cluster's per-message cost profile (:class:`~parplan.config.cluster.TransportCosts`; ``ideal`` unless given).
+``transport`` is the cluster's per-message cost profile
+(:class:`~parplan.config.cluster.TransportCosts`; ``ideal`` unless given).
 
 Routing is pluggable (any :data:`Router`); the default, :func:`shortest_hop_route`, is the
 deterministic rule of :mod:`parplan.topology.routing` and :func:`spread_route` its D-mod-k variant.
