@@ -15,7 +15,8 @@ Kinds of task:
   A transfer may carry a ``protocol`` (NCCL's LL / LL128 / Simple, :data:`PROTOCOLS`; -1: none),
   which sets the bytes on the wire and the per-step latency the transport charges, and
   ``overhead_s``: a fixed delay before its bytes move that the plan charges (a collective call's
-  software and launch cost on its first messages).
+  software and launch cost on its first messages), and ``max_rate_Bps``: the fastest its payload
+  can move whatever the links allow (an NCCL channel's thread block has a throughput of its own).
 - ``MARKER``: takes no time; joins dependencies (e.g. "bucket 3 ready").
 
 ``label`` indexes ``labels`` (a string table) and ``category`` indexes ``categories`` (e.g.
@@ -60,6 +61,7 @@ class TaskGraph:
     label: IntArray
     protocol: npt.NDArray[np.int8]  # index into PROTOCOLS, -1 for none
     overhead_s: FloatArray  # fixed delay a transfer pays before its bytes move (0 otherwise)
+    max_rate_Bps: FloatArray  # payload rate ceiling of a transfer (inf: the links decide)
     dep_offsets: IntArray
     dep_indices: IntArray
     categories: tuple[str, ...]
@@ -163,11 +165,13 @@ class TaskGraphBuilder:
         label: str = "",
         protocol: int = NO_PROTOCOL,
         overhead_s: float = 0.0,
+        max_rate_Bps: float = float("inf"),
     ) -> int:
         """A point-to-point transfer; returns its id."""
         return self._add(
             deps, kind=TRANSFER, device=self.device_id(src), dst=self.device_id(dst),
             size_bytes=float(size_bytes), reduce=reduce, protocol=protocol, overhead_s=float(overhead_s),
+            max_rate_Bps=float(max_rate_Bps),
             category=self.category_id(category), label=self.label_id(label or category),
         )
 
@@ -238,21 +242,23 @@ class TaskGraphBuilder:
             kind=cols["kind"], device=cols["device"], dst=cols["dst"], size_bytes=cols["size_bytes"],
             seconds=cols["seconds"], flops=cols["flops"], reduce=cols["reduce"], priority=cols["priority"],
             category=cols["category"], label=cols["label"], protocol=cols["protocol"],
-            overhead_s=cols["overhead_s"], dep_offsets=offsets, dep_indices=flat,
+            overhead_s=cols["overhead_s"], max_rate_Bps=cols["max_rate_Bps"], dep_offsets=offsets,
+            dep_indices=flat,
             categories=tuple(self._cat_index), labels=tuple(self._label_index), meta=dict(meta or {}),
         )
 
 
 _COLUMNS = (
     "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "category", "label",
-    "protocol", "overhead_s",
+    "protocol", "overhead_s", "max_rate_Bps",
 )
 _DTYPES: dict[str, type] = {
     "kind": np.int8, "device": np.int64, "dst": np.int64, "size_bytes": np.float64, "seconds": np.float64,
     "flops": np.float64, "reduce": np.bool_, "priority": np.int64, "category": np.int64, "label": np.int64,
-    "protocol": np.int8, "overhead_s": np.float64,
+    "protocol": np.int8, "overhead_s": np.float64, "max_rate_Bps": np.float64,
 }
 _DEFAULTS: dict[str, object] = {
     "kind": MARKER, "device": -1, "dst": -1, "size_bytes": 0.0, "seconds": 0.0, "flops": 0.0,
     "reduce": False, "priority": 0, "category": 0, "label": 0, "protocol": NO_PROTOCOL, "overhead_s": 0.0,
+    "max_rate_Bps": float("inf"),
 }

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parplan.collectives.algorithm import AlgorithmSpecBase
-from parplan.collectives.registry import ALGORITHMS, get
+from parplan.collectives.auto import AutoAlgorithm, choose
+from parplan.collectives.nccl_search import NcclSystem
+from parplan.collectives.registry import ALGORITHMS, get, schedules
 from parplan.collectives.specs import algorithm_label, parse_algorithm
 from parplan.engine.analytic import allreduce_time
 from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
@@ -74,6 +76,8 @@ class CollectiveRow:
     count: int
     time_s: float
     fastest: bool = False
+    chosen: str | None = None
+    """What ``auto`` (or a forced protocol) ran at this size, e.g. ``auto=ring/ll128/8ch``."""
 
     @property
     def algbw_GBps(self) -> float:
@@ -161,7 +165,7 @@ def expand_algorithms(algorithm: str) -> list[AlgorithmSpecBase]:
     >>> [algorithm_label(s) for s in expand_algorithms("ring, tree:4")]
     ['ring', 'tree:4']
     """
-    names = list(ALGORITHMS) if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
+    names = schedules() if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
     specs = []
     for name in names:
         if not name:
@@ -272,6 +276,25 @@ def _closed_form(
     )
 
 
+def resolve_auto(
+    spec: AlgorithmSpecBase,
+    size_bytes: float,
+    system: NcclSystem | None,
+    protocol: str | None = None,
+) -> tuple[AlgorithmSpecBase, str | None, str | None, float]:
+    """The schedule to simulate for ``spec`` at ``size_bytes``, its protocol and what to call it:
+    ``auto`` asks NCCL's tuner (:func:`parplan.collectives.auto.choose`); another algorithm runs as
+    it is, with ``protocol`` when one is forced (and only then is it named). The last item is the
+    payload rate ceiling of one channel's transfers (``inf``: none)."""
+    if isinstance(spec, AutoAlgorithm):
+        if protocol is not None and spec.protocol is None:
+            spec = spec.model_copy(update={"protocol": protocol})
+        choice = choose(spec, system, size_bytes, ALGORITHMS)
+        return choice.spec, choice.protocol, choice.label, choice.channel_rate_Bps
+    label = None if protocol is None else f"{algorithm_label(spec)}/{protocol}"
+    return spec, protocol, label, math.inf
+
+
 def _simulate(
     network: Network,
     devices: Sequence[str],
@@ -280,15 +303,20 @@ def _simulate(
     element_bytes: int,
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
+    protocol: str | None = None,
+    max_rate_Bps: float = math.inf,
 ) -> tuple[SimResult, TaskGraph]:
-    """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated."""
+    """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated, with
+    its protocol (NCCL's LL / LL128 / Simple under the ``nccl`` transport) and per-call cost."""
     from parplan.engine.simulate import simulate
     from parplan.plan.collective import call_overhead_s, collective_taskgraph
 
     found = get(spec.name)
     schedule = found.build(spec, len(devices), count, groups)
-    call_s = call_overhead_s(network.transport, spec.name, None)
-    graph = collective_taskgraph(schedule, devices, element_bytes, call_overhead_s=call_s)
+    call_s = call_overhead_s(network.transport, spec.name, protocol)
+    graph = collective_taskgraph(
+        schedule, devices, element_bytes, protocol=protocol, call_overhead_s=call_s, max_rate_Bps=max_rate_Bps
+    )
     return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
 
 
@@ -304,10 +332,13 @@ def collective_sweep(
     gamma_s_per_byte: float | None = None,
     trace: bool = False,
     progress: Callable[[str], None] | None = None,
+    protocol: str | None = None,
 ) -> CollectiveSweep:
     """Time every algorithm at every size on ``devices`` (rank r on ``devices[r]``).
 
-    ``groups`` (the ranks of each node) reach the algorithms that use them. With ``trace``
+    ``groups`` (the ranks of each node) reach the algorithms that use them. ``auto`` picks per size
+    as NCCL's tuner would on the system the placed ranks form (:mod:`parplan.topology.nccl_system`);
+    ``protocol`` forces NCCL's protocol (as NCCL_PROTO does). With ``trace``
     (simulated mode only) the result carries each algorithm's simulation at the largest size, to
     trace. Raises :class:`ParplanError` subclasses for bad requests.
     """
@@ -317,6 +348,11 @@ def collective_sweep(
     if trace and analytic:
         raise ParplanError("a trace needs simulated mode")
     labels = tuple(algorithm_label(a) for a in algorithms)
+    system = None
+    if not analytic and any(isinstance(a, AutoAlgorithm) for a in algorithms):
+        from parplan.topology.nccl_system import nccl_system
+
+        system = nccl_system(network, devices)
     params = None
     if analytic:
         params = uniform_parameters(network, devices, groups=groups, gamma_s_per_byte=gamma_s_per_byte)
@@ -324,22 +360,30 @@ def collective_sweep(
     traces: list[CollectiveTrace] = []
     for size_bytes, count in sizes:
         times: list[float] = []
+        chosen: list[str | None] = []
         for spec, label in zip(algorithms, labels, strict=True):
+            name = None
             if params is not None:
                 t = _closed_form(spec, p, size_bytes, params, groups)
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
+                run, proto, name, cap = resolve_auto(spec, size_bytes, system, protocol)
                 result, graph = _simulate(
-                    network, devices, spec, count, element_bytes, groups, gamma_s_per_byte
+                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, proto, cap
                 )
                 t = result.makespan_s
                 if trace and (size_bytes, count) == sizes[-1]:
                     traces.append(CollectiveTrace(label, result, graph, network))
             times.append(t)
+            chosen.append(name)
         best = min(times)
-        for label, t in zip(labels, times, strict=True):
-            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest=len(labels) > 1 and t == best))
+        for label, t, name in zip(labels, times, chosen, strict=True):
+            rows.append(
+                CollectiveRow(
+                    label, p, size_bytes, count, t, fastest=len(labels) > 1 and t == best, chosen=name
+                )
+            )
     return CollectiveSweep(
         cluster=network.name,
         devices=tuple(devices),
@@ -355,7 +399,7 @@ def collective_sweep(
 def run_collective(
     cluster: str | Path,
     *,
-    algorithm: str = "ring",
+    algorithm: str = "auto",
     ranks: int | None = None,
     devices: Sequence[str] | None = None,
     size_bytes: float | None = None,
@@ -365,10 +409,12 @@ def run_collective(
     element_bytes: int = 4,
     analytic: bool = False,
     trace: bool = False,
+    protocol: str | None = None,
 ) -> CollectiveSweep:
     """``parplan collective``: the sizes (one, or a ``-b``/``-e``/``-f`` sweep) and algorithms
     (a short form, a comma list or ``all``) timed on the cluster file's first ``ranks`` devices
-    (or ``devices``, rank 0 first), ranks grouped by node. Raises :class:`ParplanError`
+    (or ``devices``, rank 0 first), ranks grouped by node; ``protocol`` forces NCCL's. Raises
+    :class:`ParplanError`
     subclasses for bad input (a bad file, an unknown algorithm or device, too many ranks)."""
     from parplan.config.loader import load_cluster
     from parplan.topology.build import build_network
@@ -393,4 +439,5 @@ def run_collective(
         groups=[list(g) for g in placement.groups],
         analytic=analytic,
         trace=trace,
+        protocol=protocol,
     )

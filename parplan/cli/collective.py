@@ -44,10 +44,18 @@ def collective(
         typer.Option(
             "--algorithm",
             "-a",
-            help="An all-reduce algorithm (ring, tree:4, hierarchical:8, ...; a bad name lists them all),"
-            " a comma list, or 'all'.",
+            help="An all-reduce algorithm (auto: as NCCL's tuner picks; ring, tree:4, hierarchical:8, ...;"
+            " a bad name lists them all), a comma list, or 'all'.",
         ),
-    ] = "ring",
+    ] = "auto",
+    protocol: Annotated[
+        str | None,
+        typer.Option(
+            "--protocol",
+            help="Force NCCL's protocol: ll, ll128 or simple (as NCCL_PROTO does).",
+            show_default=False,
+        ),
+    ] = None,
     ranks: Annotated[
         int | None, typer.Option("--ranks", "-n", min=1, help="Use the first N devices (default: all).")
     ] = None,
@@ -118,6 +126,7 @@ def collective(
         element_bytes=ELEMENT_BYTES[dtype],
         analytic=analytic,
         trace=trace is not None,
+        protocol=protocol,
     )
     written = _write_traces(result.traces, trace) if trace is not None else []
     if json:

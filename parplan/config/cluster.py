@@ -23,6 +23,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from parplan.config.units import Bandwidth, Bytes, FlopRate, Seconds
 from parplan.spec import Spec
 
+GpuArch = Literal["volta", "turing", "ampere", "hopper", "blackwell"]
+
 
 class DeviceTemplate(Spec):
     """What one accelerator (or host) can do; generators stamp it onto every device they make."""
@@ -39,6 +41,9 @@ class DeviceTemplate(Spec):
     )
     speed_factor: float = Field(
         default=1.0, gt=0, description="relative speed multiplier for heterogeneous devices"
+    )
+    arch: GpuArch | None = Field(
+        default=None, description="GPU architecture, for NCCL's tuner (what `auto` picks); None: not a GPU"
     )
 
 
@@ -197,6 +202,17 @@ ClusterGenerator = Annotated[
 ]
 
 
+class HardwareFeatures(Spec):
+    """What NCCL's topology detection finds that links alone do not say: whether the node switch is
+    an NVSwitch, whether it can reduce (NVLink SHARP, NVLS), whether the network switches can reduce
+    (InfiniBand SHARP, CollNet, with NCCL_COLLNET_ENABLE), and the host CPU's vendor."""
+
+    nvswitch: bool = False
+    nvls: bool = False
+    sharp: bool = False
+    cpu_vendor: Literal["intel", "amd", "other"] = "intel"
+
+
 TransportKind = Literal["ideal", "nccl", "gloo", "mpi"]
 
 
@@ -250,9 +266,11 @@ class TransportCosts:
 TRANSPORT_DEFAULTS: dict[str, TransportCosts] = {
     # Pure alpha-beta: the closed forms' model.
     "ideal": TransportCosts("ideal"),
-    # GPU kernels post the messages: no CPU overhead per message; per-step and per-call latencies
-    # come from NCCL's protocol tables (the engine adds them per message, the lowering per call).
-    "nccl": TransportCosts("nccl"),
+    # GPU kernels post the messages: no CPU overhead per message; per-step latencies and the
+    # per-call base latency come from NCCL's protocol tables (engine per message, lowering per
+    # call). On top, each call pays its launch: NCCL's host-side enqueue plus CUDA's kernel launch,
+    # ~5 us on current drivers and CPUs (NCCL's tuner leaves it out; back-to-back small calls pay it).
+    "nccl": TransportCosts("nccl", call_latency_s=5e-6),
     # Gloo over TCP: a send and a receive syscall plus a copy each side (~5 us on a modern x86 core),
     # ~20 us to enter a collective (Python, the context's lookups, buffer registration); messages
     # above 64 KiB wait for the receiver to post its buffer (a round trip) before streaming.
@@ -280,6 +298,9 @@ class ClusterSpec(Spec):
             "spreads by destination index mod the number of next hops, as InfiniBand's fat-tree "
             "routing does; 'auto' is dmodk for a fat_tree generator and shortest otherwise"
         ),
+    )
+    hardware: HardwareFeatures = Field(
+        default_factory=HardwareFeatures, description="NVSwitch, NVLS and SHARP capabilities, CPU vendor"
     )
     transport: TransportSpec | None = Field(
         default=None,

@@ -125,7 +125,8 @@ class _Engine:
             network.transport, self.routes, tasks.size_bytes, tasks.protocol, tasks.overhead_s
         )
         self.flows = Flows(
-            self.kernel, self.routes, self.rec, self.pricer.wire_bytes(), self._arrive, sharing=link_sharing
+            self.kernel, self.routes, self.rec, self.pricer.wire_bytes(), self._arrive, sharing=link_sharing,
+            rate_cap_Bps=self.pricer.rate_cap_Bps(tasks.max_rate_Bps),
         )
 
     def run(self) -> None:

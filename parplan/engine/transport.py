@@ -2,13 +2,20 @@
 
 A transfer issued at ``t`` starts moving bytes at ``t + delay`` where
 
-    delay = path latency                                      (the links, as in pure alpha-beta)
+    delay = L                                                 (the path's latency)
           + overhead_s                                         (the plan's: a call's first messages)
           + send_overhead_s + recv_overhead_s                  (LogGP's o on both ends)
-          + 2 x (path latency + o_send + o_recv)  if size > eager_threshold   (rendezvous round trip)
-          + NCCL's per-step latency of the protocol on the route's hardware   (``nccl`` only)
+          + 2 x (L + o_send + o_recv)  if size > eager_threshold   (rendezvous round trip)
 
-and its bytes on the wire are ``size / protocol efficiency`` under ``nccl``: LL sends 8 bytes per 4
+where ``L`` is the sum of the route's link latencies, except under ``nccl``: there ``L`` is NCCL's
+per-step latency of the transfer's protocol on the route's hardware, which NCCL measured end to
+end on real systems (links, switches, the protocol's flag polling), so it stands for the path's.
+
+A transfer with a ``max_rate_Bps`` moves its payload no faster than that even on an idle path
+(its wire rate is capped at ``max_rate_Bps / protocol efficiency``); a capped flow's unused share
+of a link is not handed to the others (an approximation of max-min fairness with ceilings).
+
+Its bytes on the wire are ``size / protocol efficiency`` under ``nccl``: LL sends 8 bytes per 4
 of data (a flag beside each word, 50%), LL128 120 of every 128 (93.75%), Simple all of them
 (transfers without a protocol are Simple). The per-step latencies are NCCL 2.30.7's ring ``hwLat``
 (:data:`parplan.collectives.nccl_tables.HW_LATENCY_US`) for the route's hardware: NVLink when it
@@ -71,11 +78,26 @@ class MessagePricer:
         wire: FloatArray = self.size_bytes / _EFFICIENCY[self.protocol]
         return wire
 
+    def rate_cap_Bps(self, max_rate_Bps: FloatArray) -> FloatArray | None:
+        """Each task's ceiling on its wire rate (its payload ceiling over its protocol's
+        efficiency), or ``None`` when no task has one."""
+        if not bool(np.isfinite(max_rate_Bps).any()):
+            return None
+        if self.protocol is None:
+            return max_rate_Bps
+        cap: FloatArray = max_rate_Bps / _EFFICIENCY[self.protocol]
+        return cap
+
     def delay_s(self, tasks: IntArray, rids: IntArray) -> FloatArray:
         """Seconds from issue until the bytes of ``tasks`` (on routes ``rids``) start moving."""
         latency = self.routes.latency_s[rids]
         if self.plain:
             return latency
+        if self.protocol is not None:
+            # NCCL's per-step latency is measured end to end on that hardware (links, switches,
+            # the protocol's flag polling): it stands for the path's own latency.
+            hardware = np.maximum(self.routes.hardware[rids], 0)
+            latency = STEP_LATENCY_S[hardware, self.protocol[tasks]]
         delay = latency + self.per_message_s
         if self.overhead_s is not None:
             delay = delay + self.overhead_s[tasks]
@@ -83,8 +105,5 @@ class MessagePricer:
         if threshold != float("inf"):
             rendezvous = self.size_bytes[tasks] > threshold
             delay = delay + rendezvous * 2.0 * (latency + self.per_message_s)
-        if self.protocol is not None:
-            hardware = np.maximum(self.routes.hardware[rids], 0)
-            delay = delay + STEP_LATENCY_S[hardware, self.protocol[tasks]]
         result: FloatArray = delay
         return result

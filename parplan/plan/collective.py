@@ -18,8 +18,9 @@ Without ``rank_deps``, the collective-wide ``deps`` go on the steps that have no
 own (every other step depends on those transitively).
 
 A lowered collective may carry an NCCL ``protocol`` (every transfer gets it: the engine prices its
-wire bytes and per-step latency) and a per-call cost (:func:`call_overhead_s`: the transport's
-call latency plus, under ``nccl``, the protocol's base latency), paid once per call: it is the
+wire bytes and per-step latency), a per-channel payload rate ceiling ``max_rate_Bps`` (NCCL's
+per-channel bandwidth for the algorithm and protocol) and a per-call cost (:func:`call_overhead_s`:
+the transport's call latency plus, under ``nccl``, the protocol's base latency), paid once per call: it is the
 ``overhead_s`` of the steps without dependencies, the ones every other step waits for.
 """
 
@@ -74,6 +75,7 @@ def lower_schedule(
     label: str | None = None,
     protocol: str | None = None,
     call_overhead_s: float = 0.0,
+    max_rate_Bps: float = float("inf"),
 ) -> CollectiveTasks:
     """Append ``schedule`` on ``devices`` (rank ``r`` on ``devices[r]``) to ``builder``.
 
@@ -117,7 +119,7 @@ def lower_schedule(
         "reduce": red,
         "category": np.full(n, cat, dtype=np.int64),
         "label": phase_labels[schedule.phase],
-        **_message_columns(schedule, protocol, call_overhead_s),
+        **_message_columns(schedule, protocol, call_overhead_s, max_rate_Bps),
     }
     builder.add_block(columns, offsets, flat)
 
@@ -136,6 +138,7 @@ def collective_taskgraph(
     *,
     protocol: str | None = None,
     call_overhead_s: float = 0.0,
+    max_rate_Bps: float = float("inf"),
 ) -> TaskGraph:
     """A task graph of just ``schedule``'s steps on ``devices``; its meta says what collective it is.
 
@@ -147,7 +150,7 @@ def collective_taskgraph(
     touched. ``protocol`` and ``call_overhead_s`` as in :func:`lower_schedule`.
     """
     p = schedule.num_ranks
-    message = _message_columns(schedule, protocol, call_overhead_s)
+    message = _message_columns(schedule, protocol, call_overhead_s, max_rate_Bps)
     _check_placement(schedule, devices, element_bytes)
     n = schedule.num_steps
     algorithm = schedule.algorithm
@@ -165,6 +168,7 @@ def collective_taskgraph(
         label=schedule.phase.astype(np.int64, copy=False),
         protocol=message.get("protocol", np.full(n, NO_PROTOCOL, dtype=np.int8)),
         overhead_s=message.get("overhead_s", np.zeros(n, dtype=np.float64)),
+        max_rate_Bps=message.get("max_rate_Bps", np.full(n, np.inf)),
         dep_offsets=schedule.dep_offsets,
         dep_indices=schedule.dep_indices,
         categories=(category_name(schedule),),
@@ -193,15 +197,20 @@ def call_overhead_s(transport: TransportCosts, algorithm: str, protocol: str | N
 
 
 def _message_columns(
-    schedule: Schedule, protocol: str | None, call_overhead_s: float
+    schedule: Schedule, protocol: str | None, call_overhead_s: float, max_rate_Bps: float
 ) -> dict[str, np.ndarray]:
-    """The ``protocol`` and ``overhead_s`` columns of a lowered schedule (none when unused)."""
+    """The ``protocol``, ``overhead_s`` and ``max_rate_Bps`` columns of a lowered schedule (none
+    when unused)."""
     n = schedule.num_steps
     columns: dict[str, np.ndarray] = {}
     if protocol is not None:
         if protocol not in PROTOCOLS:
             raise PlanError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
         columns["protocol"] = np.full(n, PROTOCOLS.index(protocol), dtype=np.int8)
+    if max_rate_Bps != float("inf"):
+        if not max_rate_Bps > 0:
+            raise PlanError(f"max_rate_Bps must be > 0, got {max_rate_Bps}")
+        columns["max_rate_Bps"] = np.full(n, float(max_rate_Bps))
     if call_overhead_s:
         columns["overhead_s"] = np.where(np.diff(schedule.dep_offsets) == 0, float(call_overhead_s), 0.0)
     return columns

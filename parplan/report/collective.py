@@ -56,7 +56,7 @@ def _finite(x: float) -> float | None:
 
 def row_document(row: CollectiveRow) -> dict[str, Any]:
     """The JSON form of a row."""
-    return {
+    doc: dict[str, Any] = {
         "algorithm": row.algorithm,
         "ranks": row.ranks,
         "size_bytes": row.size_bytes,
@@ -65,6 +65,9 @@ def row_document(row: CollectiveRow) -> dict[str, Any]:
         "algbw_GBps": _finite(row.algbw_GBps),
         "busbw_GBps": _finite(row.busbw_GBps),
     }
+    if row.chosen is not None:
+        doc["chosen"] = row.chosen
+    return doc
 
 
 def collective_document(sweep: CollectiveSweep) -> dict[str, Any]:
@@ -143,6 +146,9 @@ def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, 
     if len(names) == 1:
         for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)"):
             table.add_column(col, justify="right")
+        chosen = any(row.chosen for row in sweep.rows)
+        if chosen:
+            table.add_column("ran", no_wrap=True)
         for row in sweep.rows:
             table.add_row(
                 f"{row.size_bytes:.0f}",
@@ -150,6 +156,7 @@ def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, 
                 f"{row.time_s * 1e6:.2f}",
                 _gbps(row.algbw_GBps),
                 _gbps(row.busbw_GBps),
+                *([row.chosen or ""] if chosen else []),
             )
         print_unsqueezed(out, table)
         return

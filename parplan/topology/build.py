@@ -81,6 +81,7 @@ class _Builder:
                 None if template.memory_bandwidth_Bps is None else float(template.memory_bandwidth_Bps)
             ),
             group=group,
+            arch=template.arch,
         )
 
     def switch(self, name: str, role: str, origin: str) -> None:
@@ -160,6 +161,7 @@ def build_network(spec: ClusterSpec, router: Router | None = None) -> Network:
     for link in spec.links:
         b.link(link.a, link.b, link, what="link")
     _check_connected(b.graph, spec.name)
+    b.graph.graph["hardware"] = spec.hardware
     if router is None:
         router = default_router(spec)
     return Network(b.graph, name=spec.name, router=router, transport=cluster_transport(spec, b.graph))

@@ -52,6 +52,7 @@ class DeviceInfo:
     memory_bytes: float
     memory_bandwidth_Bps: float | None
     group: str | None
+    arch: str | None = None
 
     @property
     def effective_flop_per_s(self) -> float:
@@ -115,6 +116,7 @@ class Network:
             memory_bytes=float(d["memory_bytes"]),
             memory_bandwidth_Bps=d.get("memory_bandwidth_Bps"),
             group=d.get("group"),
+            arch=d.get("arch"),
         )
 
     def groups(self) -> dict[str, list[str]]:

@@ -54,6 +54,7 @@ VARIANTS: list[Any] = [
     "double_binary_tree",
     "hierarchical",
     "hierarchical:group",
+    "auto",  # without a GPU architecture: the ring
 ]
 
 

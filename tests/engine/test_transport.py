@@ -62,17 +62,25 @@ def test_loggp_overheads_and_rendezvous() -> None:
 def test_nccl_protocol_wire_bytes_and_step_latency(protocol: str) -> None:
     net = _pair(TransportCosts("nccl"), "infiniband", efficiency=1.0)
     code = PROTOCOLS.index(protocol)
-    want = LAT + STEP_LATENCY_S[HW_NET, code] + 1e6 / PROTOCOL_EFFICIENCY[protocol] / BW
+    want = STEP_LATENCY_S[HW_NET, code] + 1e6 / PROTOCOL_EFFICIENCY[protocol] / BW
     assert _one(net, 1e6, protocol=code) == pytest.approx(want, rel=1e-12)
 
 
 def test_nccl_step_latency_follows_the_hardware() -> None:
     net = _pair(TransportCosts("nccl"), "nvlink", efficiency=1.0)
     simple = PROTOCOLS.index("simple")
-    want = LAT + STEP_LATENCY_S[HW_NVLINK, simple] + 8 / BW
+    want = STEP_LATENCY_S[HW_NVLINK, simple] + 8 / BW
     assert _one(net, 8, protocol=simple) == pytest.approx(want)
     # No protocol under nccl is Simple.
     assert _one(net, 8) == pytest.approx(_one(net, 8, protocol=simple), rel=1e-15)
+
+
+def test_nccl_step_latency_stands_for_the_path_latency() -> None:
+    """NCCL's measured step latency replaces the file's link latency (it contains it)."""
+    ll = PROTOCOLS.index("ll")
+    assert STEP_LATENCY_S[HW_NVLINK, ll] < LAT  # 0.6 us per LL step on NVLink, 2 us of path
+    net = _pair(TransportCosts("nccl"), "nvlink", efficiency=1.0)
+    assert _one(net, 8, protocol=ll) == pytest.approx(STEP_LATENCY_S[HW_NVLINK, ll] + 16 / BW, rel=1e-12)
 
 
 def test_plan_overhead_is_a_delay() -> None:
@@ -109,3 +117,13 @@ def test_file_overrides_kind_defaults() -> None:
     assert costs.send_overhead_s == pytest.approx(2e-6)
     assert costs.recv_overhead_s == pytest.approx(5e-6)
     assert costs.eager_threshold_bytes == 2**20
+
+
+def test_rate_ceiling_caps_the_payload_rate() -> None:
+    net = _pair(TransportCosts("ideal"))
+    assert _one(net, 1e6, max_rate_Bps=BW / 4) == pytest.approx(LAT + 4e6 / BW, rel=1e-12)
+    nccl = _pair(TransportCosts("nccl"), "nvlink", efficiency=1.0)
+    ll = PROTOCOLS.index("ll")
+    # The ceiling is on payload: LL's doubled wire bytes move at twice the ceiling.
+    want = STEP_LATENCY_S[HW_NVLINK, ll] + 1e6 / (BW / 4)
+    assert _one(nccl, 1e6, protocol=ll, max_rate_Bps=BW / 4) == pytest.approx(want, rel=1e-12)
