@@ -133,8 +133,13 @@ class TaskGraphBuilder:
     ) -> int:
         """A compute task of known duration; returns its id."""
         return self._add(
-            deps, kind=COMPUTE, device=self.device_id(device), seconds=float(seconds),
-            category=self.category_id(category), label=self.label_id(label or category), priority=priority,
+            deps,
+            kind=COMPUTE,
+            device=self.device_id(device),
+            seconds=float(seconds),
+            category=self.category_id(category),
+            label=self.label_id(label or category),
+            priority=priority,
         )
 
     def compute_flops(
@@ -149,8 +154,14 @@ class TaskGraphBuilder:
     ) -> int:
         """A compute task given in FLOPs; the engine divides by the device's effective rate."""
         return self._add(
-            deps, kind=COMPUTE, device=self.device_id(device), seconds=float("nan"), flops=float(flops),
-            category=self.category_id(category), label=self.label_id(label or category), priority=priority,
+            deps,
+            kind=COMPUTE,
+            device=self.device_id(device),
+            seconds=float("nan"),
+            flops=float(flops),
+            category=self.category_id(category),
+            label=self.label_id(label or category),
+            priority=priority,
         )
 
     def transfer(
@@ -169,10 +180,17 @@ class TaskGraphBuilder:
     ) -> int:
         """A point-to-point transfer; returns its id."""
         return self._add(
-            deps, kind=TRANSFER, device=self.device_id(src), dst=self.device_id(dst),
-            size_bytes=float(size_bytes), reduce=reduce, protocol=protocol, overhead_s=float(overhead_s),
+            deps,
+            kind=TRANSFER,
+            device=self.device_id(src),
+            dst=self.device_id(dst),
+            size_bytes=float(size_bytes),
+            reduce=reduce,
+            protocol=protocol,
+            overhead_s=float(overhead_s),
             max_rate_Bps=float(max_rate_Bps),
-            category=self.category_id(category), label=self.label_id(label or category),
+            category=self.category_id(category),
+            label=self.label_id(label or category),
         )
 
     def marker(self, deps: list[int] | tuple[int, ...] = (), *, label: str = "marker") -> int:
@@ -239,26 +257,69 @@ class TaskGraphBuilder:
         np.cumsum(counts, out=offsets[1:])
         return TaskGraph(
             devices=tuple(self.devices),
-            kind=cols["kind"], device=cols["device"], dst=cols["dst"], size_bytes=cols["size_bytes"],
-            seconds=cols["seconds"], flops=cols["flops"], reduce=cols["reduce"], priority=cols["priority"],
-            category=cols["category"], label=cols["label"], protocol=cols["protocol"],
-            overhead_s=cols["overhead_s"], max_rate_Bps=cols["max_rate_Bps"], dep_offsets=offsets,
+            kind=cols["kind"],
+            device=cols["device"],
+            dst=cols["dst"],
+            size_bytes=cols["size_bytes"],
+            seconds=cols["seconds"],
+            flops=cols["flops"],
+            reduce=cols["reduce"],
+            priority=cols["priority"],
+            category=cols["category"],
+            label=cols["label"],
+            protocol=cols["protocol"],
+            overhead_s=cols["overhead_s"],
+            max_rate_Bps=cols["max_rate_Bps"],
+            dep_offsets=offsets,
             dep_indices=flat,
-            categories=tuple(self._cat_index), labels=tuple(self._label_index), meta=dict(meta or {}),
+            categories=tuple(self._cat_index),
+            labels=tuple(self._label_index),
+            meta=dict(meta or {}),
         )
 
 
 _COLUMNS = (
-    "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "category", "label",
-    "protocol", "overhead_s", "max_rate_Bps",
+    "kind",
+    "device",
+    "dst",
+    "size_bytes",
+    "seconds",
+    "flops",
+    "reduce",
+    "priority",
+    "category",
+    "label",
+    "protocol",
+    "overhead_s",
+    "max_rate_Bps",
 )
 _DTYPES: dict[str, type] = {
-    "kind": np.int8, "device": np.int64, "dst": np.int64, "size_bytes": np.float64, "seconds": np.float64,
-    "flops": np.float64, "reduce": np.bool_, "priority": np.int64, "category": np.int64, "label": np.int64,
-    "protocol": np.int8, "overhead_s": np.float64, "max_rate_Bps": np.float64,
+    "kind": np.int8,
+    "device": np.int64,
+    "dst": np.int64,
+    "size_bytes": np.float64,
+    "seconds": np.float64,
+    "flops": np.float64,
+    "reduce": np.bool_,
+    "priority": np.int64,
+    "category": np.int64,
+    "label": np.int64,
+    "protocol": np.int8,
+    "overhead_s": np.float64,
+    "max_rate_Bps": np.float64,
 }
 _DEFAULTS: dict[str, object] = {
-    "kind": MARKER, "device": -1, "dst": -1, "size_bytes": 0.0, "seconds": 0.0, "flops": 0.0,
-    "reduce": False, "priority": 0, "category": 0, "label": 0, "protocol": NO_PROTOCOL, "overhead_s": 0.0,
+    "kind": MARKER,
+    "device": -1,
+    "dst": -1,
+    "size_bytes": 0.0,
+    "seconds": 0.0,
+    "flops": 0.0,
+    "reduce": False,
+    "priority": 0,
+    "category": 0,
+    "label": 0,
+    "protocol": NO_PROTOCOL,
+    "overhead_s": 0.0,
     "max_rate_Bps": float("inf"),
 }

@@ -21,12 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCheck, fit_algorithm
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.auto import AutoAlgorithm, choose
 from parplan.collectives.nccl_search import NcclSystem
-from parplan.collectives.registry import ALGORITHMS, get, schedules
-from parplan.collectives.specs import algorithm_label, parse_algorithm
-from parplan.engine.analytic import allreduce_time
+from parplan.collectives.registry import ALGORITHMS, algorithms, get, resolve, schedules
+from parplan.collectives.schedule import COLLECTIVES
+from parplan.collectives.specs import parse_algorithm
+from parplan.engine.analytic import collective_time
 from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError, ParplanError
 from parplan.taskgraph import TaskGraph
@@ -50,6 +52,23 @@ ELEMENT_BYTES: dict[str, int] = {
 """Bytes per element of the data types nccl-tests knows (``-d``), by name."""
 
 _ALL_PAIRS_UP_TO = 64
+
+
+def bus_factor(collective: str, num_ranks: int) -> float:
+    """nccl-tests' busbw over algbw for ``collective`` on ``num_ranks`` ranks: ``2(p-1)/p`` for an
+    all-reduce, ``(p-1)/p`` for an all-gather or reduce-scatter, 1 for a broadcast or reduce
+    (0 on one rank, where nothing moves).
+
+    >>> bus_factor("all_reduce", 4), bus_factor("all_gather", 4), bus_factor("broadcast", 4)
+    (1.5, 0.75, 1.0)
+    """
+    if num_ranks <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        return 2.0 * (num_ranks - 1) / num_ranks
+    if collective in ("all_gather", "reduce_scatter"):
+        return (num_ranks - 1) / num_ranks
+    return 1.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,7 @@ class CollectiveRow:
     count: int
     time_s: float
     fastest: bool = False
+    collective: str = "all_reduce"
     chosen: str | None = None
     """What ``auto`` (or a forced protocol) ran at this size, e.g. ``auto=ring/ll128/8ch``."""
 
@@ -86,8 +106,11 @@ class CollectiveRow:
 
     @property
     def busbw_GBps(self) -> float:
-        """Bus bandwidth in GB/s."""
-        return bus_bandwidth(self.size_bytes, self.time_s, self.ranks) / 1e9
+        """Bus bandwidth in GB/s, as nccl-tests defines it for the collective (:func:`bus_factor`)."""
+        if self.collective == "all_reduce":  # the engine's formula, digit for digit
+            return bus_bandwidth(self.size_bytes, self.time_s, self.ranks) / 1e9
+        algbw = algorithm_bandwidth(self.size_bytes, self.time_s)
+        return algbw * bus_factor(self.collective, self.ranks) / 1e9
 
 
 @dataclass(frozen=True)
@@ -112,6 +135,15 @@ class CollectiveSweep:
     rows: tuple[CollectiveRow, ...]
     parameters: UniformParameters | None = None
     traces: tuple[CollectiveTrace, ...] = field(default=())
+    collective: str = "all_reduce"
+    checks: tuple[AnalyticCheck, ...] = field(default=())
+    """Analytic mode: the closed form against the engine for each algorithm the cluster is not
+    uniform for (see :mod:`parplan.api.analytic_fit`)."""
+
+    def warnings(self) -> list[str]:
+        """One line per algorithm whose closed form differs from the engine beyond the tolerance
+        (or could not be checked)."""
+        return [c.warning() for c in self.checks if not c.agrees]
 
 
 def sweep_sizes(
@@ -159,21 +191,50 @@ def sweep_sizes(
     return out
 
 
-def expand_algorithms(algorithm: str) -> list[AlgorithmSpecBase]:
-    """``"all"`` (every registered all-reduce with its defaults), one short form, or a comma list.
+def check_collective(collective: str) -> str:
+    """``collective`` if it is one parplan times, else a :class:`CollectiveError` listing them."""
+    if collective not in COLLECTIVES:
+        raise CollectiveError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+    return collective
+
+
+def default_algorithm(collective: str = "all_reduce") -> str:
+    """The algorithm ``parplan collective`` times when none is named: ``auto`` (NCCL's pick) for an
+    all-reduce, else
+    the first registered for the collective (``ring`` for all-gather and reduce-scatter, ``tree``
+    for reduce and broadcast)."""
+    if check_collective(collective) == "all_reduce":
+        return "auto"
+    return next(iter(algorithms(collective)))
+
+
+def algorithm_label(spec: AlgorithmSpecBase, collective: str = "all_reduce") -> str:
+    """The short form of a spec of ``collective``'s algorithm ``spec.name``: ``tree:4``, ``ring``."""
+    return get(spec.name, collective).label(spec)
+
+
+def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[AlgorithmSpecBase]:
+    """``"all"`` (every algorithm registered for ``collective``, with its defaults), one short
+    form, or a comma list.
 
     >>> [algorithm_label(s) for s in expand_algorithms("ring, tree:4")]
     ['ring', 'tree:4']
+    >>> [algorithm_label(s, "broadcast") for s in expand_algorithms("all", "broadcast")]
+    ['tree']
     """
-    names = schedules() if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
+    table = algorithms(check_collective(collective))
+    every = schedules(collective)  # 'all' leaves out auto, which picks among the others
+    names = every if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
     specs = []
     for name in names:
         if not name:
             continue
-        if name.partition(":")[0] not in ALGORITHMS:
-            raise CollectiveError(
-                f"unknown collective algorithm {name!r}; valid: {', '.join(ALGORITHMS)}, all"
-            )
+        if name.partition(":")[0] not in table:
+            what = "collective" if collective == "all_reduce" else collective
+            raise CollectiveError(f"unknown {what} algorithm {name!r}; valid: {', '.join(table)}, all")
+        if collective != "all_reduce":
+            specs.append(resolve(name, collective)[1])
+            continue
         try:
             specs.append(parse_algorithm(name))
         except ValueError as exc:  # pydantic's ValidationError is a ValueError
@@ -261,8 +322,10 @@ def _closed_form(
     size_bytes: float,
     params: UniformParameters,
     groups: Sequence[Sequence[int]] | None,
+    collective: str = "all_reduce",
 ) -> float:
-    return allreduce_time(
+    return collective_time(
+        collective,
         spec,
         p,
         size_bytes,
@@ -291,7 +354,7 @@ def resolve_auto(
             spec = spec.model_copy(update={"protocol": protocol})
         choice = choose(spec, system, size_bytes, ALGORITHMS)
         return choice.spec, choice.protocol, choice.label, choice.channel_rate_Bps
-    label = None if protocol is None else f"{algorithm_label(spec)}/{protocol}"
+    label = None if protocol is None else f"{spec.name}/{protocol}"
     return spec, protocol, label, math.inf
 
 
@@ -303,15 +366,17 @@ def _simulate(
     element_bytes: int,
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
+    collective: str = "all_reduce",
     protocol: str | None = None,
     max_rate_Bps: float = math.inf,
 ) -> tuple[SimResult, TaskGraph]:
     """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated, with
-    its protocol (NCCL's LL / LL128 / Simple under the ``nccl`` transport) and per-call cost."""
+    its protocol (NCCL's LL / LL128 / Simple under the ``nccl`` transport), per-channel rate ceiling
+    and per-call cost."""
     from parplan.engine.simulate import simulate
     from parplan.plan.collective import call_overhead_s, collective_taskgraph
 
-    found = get(spec.name)
+    found = get(spec.name, collective)
     schedule = found.build(spec, len(devices), count, groups)
     call_s = call_overhead_s(network.transport, spec.name, protocol)
     graph = collective_taskgraph(
@@ -332,9 +397,10 @@ def collective_sweep(
     gamma_s_per_byte: float | None = None,
     trace: bool = False,
     progress: Callable[[str], None] | None = None,
+    collective: str = "all_reduce",
     protocol: str | None = None,
 ) -> CollectiveSweep:
-    """Time every algorithm at every size on ``devices`` (rank r on ``devices[r]``).
+    """Time every algorithm (of ``collective``) at every size on ``devices`` (rank r on ``devices[r]``).
 
     ``groups`` (the ranks of each node) reach the algorithms that use them. ``auto`` picks per size
     as NCCL's tuner would on the system the placed ranks form (:mod:`parplan.topology.nccl_system`);
@@ -347,30 +413,39 @@ def collective_sweep(
         raise ParplanError("a collective needs at least one rank")
     if trace and analytic:
         raise ParplanError("a trace needs simulated mode")
-    labels = tuple(algorithm_label(a) for a in algorithms)
+    labels = tuple(algorithm_label(a, collective) for a in algorithms)
     system = None
     if not analytic and any(isinstance(a, AutoAlgorithm) for a in algorithms):
         from parplan.topology.nccl_system import nccl_system
 
         system = nccl_system(network, devices)
     params = None
+    fits: list[AlgorithmFit] = []
     if analytic:
         params = uniform_parameters(network, devices, groups=groups, gamma_s_per_byte=gamma_s_per_byte)
+        largest_count = max(count for _, count in sizes)
+        fits = [
+            fit_algorithm(
+                network, devices, spec, label, params, groups, largest_count, element_bytes, collective
+            )
+            for spec, label in zip(algorithms, labels, strict=True)
+        ]
     rows: list[CollectiveRow] = []
     traces: list[CollectiveTrace] = []
     for size_bytes, count in sizes:
         times: list[float] = []
         chosen: list[str | None] = []
-        for spec, label in zip(algorithms, labels, strict=True):
+        for i, (spec, label) in enumerate(zip(algorithms, labels, strict=True)):
             name = None
-            if params is not None:
-                t = _closed_form(spec, p, size_bytes, params, groups)
+            if fits:
+                t = _closed_form(spec, p, size_bytes, fits[i].parameters, groups, collective)
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
                 run, proto, name, cap = resolve_auto(spec, size_bytes, system, protocol)
                 result, graph = _simulate(
-                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, proto, cap
+                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, collective,
+                    proto, cap,
                 )
                 t = result.makespan_s
                 if trace and (size_bytes, count) == sizes[-1]:
@@ -379,11 +454,18 @@ def collective_sweep(
             chosen.append(name)
         best = min(times)
         for label, t, name in zip(labels, times, chosen, strict=True):
-            rows.append(
-                CollectiveRow(
-                    label, p, size_bytes, count, t, fastest=len(labels) > 1 and t == best, chosen=name
-                )
-            )
+            fastest = len(labels) > 1 and t == best
+            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest, collective, name))
+    ends = sorted({min(sizes)[0], max(sizes)[0]})  # latency-bound and bandwidth-bound ends
+    checks = [
+        _check(
+            network, devices, spec, fit, row, element_bytes, groups, gamma_s_per_byte, progress, collective
+        )
+        for spec, fit in zip(algorithms, fits, strict=False)
+        if not fit.uniform
+        for row in rows
+        if row.algorithm == fit.algorithm and row.size_bytes in ends
+    ]
     return CollectiveSweep(
         cluster=network.name,
         devices=tuple(devices),
@@ -393,13 +475,41 @@ def collective_sweep(
         rows=tuple(rows),
         parameters=params,
         traces=tuple(traces),
+        collective=collective,
+        checks=tuple(checks),
     )
+
+
+def _check(
+    network: Network,
+    devices: Sequence[str],
+    spec: AlgorithmSpecBase,
+    fit: AlgorithmFit,
+    row: CollectiveRow,
+    element_bytes: int,
+    groups: Sequence[Sequence[int]] | None,
+    gamma_s_per_byte: float | None,
+    progress: Callable[[str], None] | None,
+    collective: str = "all_reduce",
+) -> AnalyticCheck:
+    """The closed form of one algorithm against one simulation at ``row``'s size (the sweep's
+    smallest and largest sizes are checked)."""
+    simulated = None
+    if fit.steps <= CHECK_STEP_BUDGET:
+        if progress is not None:
+            progress(f"checking {fit.algorithm} {row.size_bytes:.0f} B")
+        result, _ = _simulate(
+            network, devices, spec, row.count, element_bytes, groups, gamma_s_per_byte, collective
+        )
+        simulated = result.makespan_s
+    return AnalyticCheck(fit.algorithm, row.size_bytes, row.time_s, simulated, fit.assumes, fit.reason)
 
 
 def run_collective(
     cluster: str | Path,
     *,
-    algorithm: str = "auto",
+    algorithm: str | None = None,
+    collective: str = "all_reduce",
     ranks: int | None = None,
     devices: Sequence[str] | None = None,
     size_bytes: float | None = None,
@@ -412,10 +522,10 @@ def run_collective(
     protocol: str | None = None,
 ) -> CollectiveSweep:
     """``parplan collective``: the sizes (one, or a ``-b``/``-e``/``-f`` sweep) and algorithms
-    (a short form, a comma list or ``all``) timed on the cluster file's first ``ranks`` devices
-    (or ``devices``, rank 0 first), ranks grouped by node; ``protocol`` forces NCCL's. Raises
-    :class:`ParplanError`
-    subclasses for bad input (a bad file, an unknown algorithm or device, too many ranks)."""
+    of ``collective`` (a short form, a comma list or ``all``; None: :func:`default_algorithm`)
+    timed on the cluster file's first ``ranks`` devices (or ``devices``, rank 0 first), ranks
+    grouped by node; ``protocol`` forces NCCL's. Raises :class:`ParplanError` subclasses for bad
+    input (a bad file, an unknown collective, algorithm or device, too many ranks)."""
     from parplan.config.loader import load_cluster
     from parplan.topology.build import build_network
     from parplan.topology.placement import place
@@ -427,7 +537,7 @@ def run_collective(
         step_factor=step_factor,
         element_bytes=element_bytes,
     )
-    specs = expand_algorithms(algorithm)
+    specs = expand_algorithms(algorithm or default_algorithm(collective), collective)
     network = build_network(load_cluster(cluster))
     placement = place(network, list(devices) if devices is not None else None, count=ranks)
     return collective_sweep(
@@ -440,4 +550,5 @@ def run_collective(
         analytic=analytic,
         trace=trace,
         protocol=protocol,
+        collective=collective,
     )

@@ -1,7 +1,13 @@
-"""``parplan collective``: what one all-reduce costs on a cluster, like nccl-tests' all_reduce_perf.
+"""``parplan collective``: what one collective costs on a cluster, like nccl-tests' *_perf.
 
     parplan collective --cluster CLUSTER --algorithm ring --ranks 8 --size 64MiB
     parplan collective --cluster CLUSTER -a all -b 8 -e 1GiB -f 2
+    parplan collective --cluster CLUSTER --collective all_gather -b 1KiB -e 1GiB
+
+``--collective`` picks all_reduce (the default), all_gather, reduce_scatter, broadcast or reduce;
+busbw follows nccl-tests for each (all-reduce 2(p-1)/p x algbw, all-gather and reduce-scatter
+(p-1)/p, broadcast and reduce 1). Without ``--algorithm`` the collective's default is timed
+(ring for all-reduce, all-gather and reduce-scatter; tree for broadcast and reduce).
 
 Prints a row per size with the size, the element count, the time (us) and nccl-tests' algbw and
 busbw (GB/s). ``--algorithm all`` (or a comma list) compares algorithms side by side and marks the
@@ -40,14 +46,22 @@ def collective(
         ),
     ],
     algorithm: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--algorithm",
             "-a",
-            help="An all-reduce algorithm (auto: as NCCL's tuner picks; ring, tree:4, hierarchical:8, ...;"
-            " a bad name lists them all), a comma list, or 'all'.",
+            help="An algorithm of the collective (auto: as NCCL's tuner picks; ring, tree:4, ...; a bad"
+            " name lists them all), a comma list, or 'all' (default: auto; tree for broadcast and reduce).",
+            show_default=False,
         ),
-    ] = "auto",
+    ] = None,
+    collective_name: Annotated[
+        str,
+        typer.Option(
+            "--collective",
+            help="all_reduce, all_gather, reduce_scatter, broadcast or reduce.",
+        ),
+    ] = "all_reduce",
     protocol: Annotated[
         str | None,
         typer.Option(
@@ -91,7 +105,7 @@ def collective(
         typer.Option("--trace", help="Write a Chrome trace of the largest size.", show_default=False),
     ] = None,
 ) -> None:
-    """Time one all-reduce on a cluster: the simulated counterpart of nccl-tests' all_reduce_perf."""
+    """Time one collective on a cluster: the simulated counterpart of nccl-tests' *_perf."""
     from parplan.api.collective import ELEMENT_BYTES, run_collective
     from parplan.config.units import parse_bytes
     from parplan.report.collective import collective_json, print_collective_table
@@ -117,6 +131,7 @@ def collective(
     result = run_collective(
         cluster,
         algorithm=algorithm,
+        collective=collective_name,
         ranks=ranks,
         devices=[d.strip() for d in devices.split(",") if d.strip()] if devices is not None else None,
         size_bytes=size_of(size if size is not None or sweep else DEFAULT_SIZE, "--size"),

@@ -159,7 +159,6 @@ def compile_plan(shapes: TreeShapes, shared_port: bool) -> TreePlan:
     )
 
 
-
 @lru_cache(maxsize=256)
 def plan_of(shapes: TreeShapes, shared_port: bool) -> TreePlan:
     return compile_plan(shapes, shared_port)
@@ -328,4 +327,3 @@ def tree_time(
         plan_of(shapes, shared_port), segments, size_bytes, alpha_s, beta_s_per_byte, gamma_s_per_byte
     )
     return up + down
-

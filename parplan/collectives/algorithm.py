@@ -178,6 +178,12 @@ class Algorithm(ABC, Generic[SpecT]):
     ) -> float:
         """The closed form for ``num_ranks >= 2`` and ``size_bytes > 0`` (see :meth:`time_s`)."""
 
+    def closed_form_estimate(self, spec: SpecT, num_ranks: int, groups: Groups | None = None) -> str:
+        """Why the closed form is only an estimate of the engine on a uniform group with these
+        ``groups`` ("" when it is exact, the default). The analytic mode checks an estimate
+        against the engine and says so where they differ."""
+        return ""
+
     @abstractmethod
     def traffic(
         self, spec: SpecT, num_ranks: int, num_elements: int, groups: Groups | None = None

@@ -57,8 +57,8 @@ CpuArch = Literal["x86", "power", "arm"]
 Pattern = Literal["ring", "balanced_tree", "tree", "collnet_chain", "collnet_direct", "nvls"]
 
 _EPS: Final = 1e-9
-_SEARCH_KEEP_RATIO: Final = 0.49   # pass 1 tries lower speeds while above this share of the best
-_FALLBACK_GBps: Final = 0.1        # NCCL's "falling back to simple order" graph: 1 channel at 0.1
+_SEARCH_KEEP_RATIO: Final = 0.49  # pass 1 tries lower speeds while above this share of the best
+_FALLBACK_GBps: Final = 0.1  # NCCL's "falling back to simple order" graph: 1 channel at 0.1
 
 
 def nvlink_bandwidth_GBps(arch: Arch, links: int) -> float:
@@ -206,8 +206,9 @@ def _speeds(system: NcclSystem) -> tuple[float, ...]:
     return (SPEEDS_INTRA_GBps if system.n_nodes == 1 else SPEEDS_INTER_GBps)[key]
 
 
-def _fit(system: NcclSystem, pattern: Pattern, max_channels: int, intra_GBps: float,
-         inter_GBps: float) -> int:
+def _fit(
+    system: NcclSystem, pattern: Pattern, max_channels: int, intra_GBps: float, inter_GBps: float
+) -> int:
     """How many channels of ``pattern`` the links carry at these per-channel speeds (0: none)."""
     ppn, limit = system.ranks_per_node, max_channels
     total = system.intra_bandwidth_GBps
@@ -238,8 +239,9 @@ def _better(pattern: Pattern, ppn: int, new: GraphBandwidths, ref: GraphBandwidt
     return new.n_channels * new.bw_intra_GBps > ref.n_channels * ref.bw_intra_GBps
 
 
-def _pass_one(system: NcclSystem, pattern: Pattern, min_channels: int,
-              max_channels: int) -> GraphBandwidths | None:
+def _pass_one(
+    system: NcclSystem, pattern: Pattern, min_channels: int, max_channels: int
+) -> GraphBandwidths | None:
     """Highest speed that fits, then lower speeds while they stay above 0.49 of the best."""
     speeds, total = _speeds(system), system.intra_bandwidth_GBps
     max_path = system.intra_path_GBps if system.n_nodes == 1 else system.net_path_GBps

@@ -21,18 +21,32 @@ Hardware = Literal["nvlink", "pci", "net"]
 #: NCCL's algorithm enum order (NCCL_ALGO_TREE = 0 ... NCCL_ALGO_PAT = 6): the tuner scans in this
 #: order and keeps the first strict minimum, so ties go to the earlier algorithm.
 ALGORITHMS: Final[tuple[Algorithm, ...]] = (
-    "tree", "ring", "collnet_direct", "collnet_chain", "nvls", "nvls_tree", "pat",
+    "tree",
+    "ring",
+    "collnet_direct",
+    "collnet_chain",
+    "nvls",
+    "nvls_tree",
+    "pat",
 )
 #: NCCL's protocol enum order (LL = 0, LL128 = 1, Simple = 2).
 PROTOCOLS: Final[tuple[Protocol, ...]] = ("ll", "ll128", "simple")
 COLLECTIVES: Final[tuple[Collective, ...]] = (
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
 )
 
 #: Compute capability of each architecture parplan names (sm70 .. sm100). Turing (sm75) is here for
 #: consumer PCIe cards: NCCL indexes its tables by Volta for it and never enables LL128 on it.
 COMPUTE_CAPABILITY: Final[dict[Arch, int]] = {
-    "volta": 70, "turing": 75, "ampere": 80, "hopper": 90, "blackwell": 100,
+    "volta": 70,
+    "turing": 75,
+    "ampere": 80,
+    "hopper": 90,
+    "blackwell": 100,
 }
 
 #: Which row of the per-architecture tables an architecture reads (NCCL's compCapIndex).
@@ -50,22 +64,77 @@ SPEEDS_INTRA_GBps: Final[dict[str, tuple[float, ...]]] = {
 }
 SPEEDS_INTER_GBps: Final[dict[str, tuple[float, ...]]] = {
     "pre_hopper": (
-        48.0, 30.0, 28.0, 24.0, 20.0, 18.0, 15.0, 12.0, 10.0, 9.0, 7.0, 6.0, 5.0, 4.0, 3.0,
-        2.4, 1.2, 0.24, 0.12,
+        48.0,
+        30.0,
+        28.0,
+        24.0,
+        20.0,
+        18.0,
+        15.0,
+        12.0,
+        10.0,
+        9.0,
+        7.0,
+        6.0,
+        5.0,
+        4.0,
+        3.0,
+        2.4,
+        1.2,
+        0.24,
+        0.12,
     ),
     "sm90": (
-        48.0, 45.0, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0, 2.4, 1.2, 0.24, 0.12,
+        48.0,
+        45.0,
+        42.0,
+        40.0,
+        30.0,
+        24.0,
+        22.0,
+        20.0,
+        17.5,
+        15.0,
+        12.0,
+        6.0,
+        3.0,
+        2.4,
+        1.2,
+        0.24,
+        0.12,
     ),
     "sm100": (
-        96.0, 86.0, 80.0, 48.0, 45.1, 42.0, 40.0, 30.0, 24.0, 22.0, 20.0, 17.5, 15.0, 12.0, 6.0, 3.0,
-        2.4, 1.2, 0.24, 0.12,
+        96.0,
+        86.0,
+        80.0,
+        48.0,
+        45.1,
+        42.0,
+        40.0,
+        30.0,
+        24.0,
+        22.0,
+        20.0,
+        17.5,
+        15.0,
+        12.0,
+        6.0,
+        3.0,
+        2.4,
+        1.2,
+        0.24,
+        0.12,
     ),
 }
 
 #: Bandwidth of one NVLink as NCCL's topology assigns it (topo.h): SM60 18, SM70 20, SM80 20,
 #: SM86 12, SM90 20.6, SM100 40.1 GB/s. Turing falls in NCCL's ">= SM70" branch.
 NVLINK_GBps: Final[dict[Arch, float]] = {
-    "volta": 20.0, "turing": 20.0, "ampere": 20.0, "hopper": 20.6, "blackwell": 40.1,
+    "volta": 20.0,
+    "turing": 20.0,
+    "ampere": 20.0,
+    "hopper": 20.6,
+    "blackwell": 40.1,
 }
 #: NCCL's per-lane PCIe speed code by generation; a link is ``width * code / 80`` GB/s (topo.cc
 #: ~L657), so Gen3 x16 is 12, Gen4 x16 24 and Gen5 x16 48 GB/s.
@@ -95,19 +164,31 @@ BASE_LATENCY_US: Final[dict[Algorithm, tuple[float, float, float]]] = {
 #: never enabled for that algorithm) are 0. NCCL 2.8 had PCI Tree Simple 6 (2.30.7: 4).
 HW_LATENCY_US: Final[dict[Hardware, dict[Algorithm, tuple[float, float, float]]]] = {
     "nvlink": {
-        "tree": (0.6, 1.25, 4.0), "ring": (0.6, 1.9, 3.4),
-        "collnet_direct": (0.0, 0.0, 3.7), "collnet_chain": (0.0, 0.0, 2.8),
-        "nvls": (0.0, 0.0, 25.0), "nvls_tree": (0.0, 0.0, 25.0), "pat": (0.0, 0.0, 4.0),
+        "tree": (0.6, 1.25, 4.0),
+        "ring": (0.6, 1.9, 3.4),
+        "collnet_direct": (0.0, 0.0, 3.7),
+        "collnet_chain": (0.0, 0.0, 2.8),
+        "nvls": (0.0, 0.0, 25.0),
+        "nvls_tree": (0.0, 0.0, 25.0),
+        "pat": (0.0, 0.0, 4.0),
     },
     "pci": {
-        "tree": (1.0, 1.9, 4.0), "ring": (1.0, 2.5, 5.7),
-        "collnet_direct": (0.0, 0.0, 3.7), "collnet_chain": (0.0, 0.0, 2.8),
-        "nvls": (0.0, 0.0, 0.0), "nvls_tree": (0.0, 0.0, 0.0), "pat": (0.0, 0.0, 4.0),
+        "tree": (1.0, 1.9, 4.0),
+        "ring": (1.0, 2.5, 5.7),
+        "collnet_direct": (0.0, 0.0, 3.7),
+        "collnet_chain": (0.0, 0.0, 2.8),
+        "nvls": (0.0, 0.0, 0.0),
+        "nvls_tree": (0.0, 0.0, 0.0),
+        "pat": (0.0, 0.0, 4.0),
     },
     "net": {
-        "tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0),
-        "collnet_direct": (0.0, 0.0, 31.0), "collnet_chain": (0.0, 0.0, 30.0),
-        "nvls": (0.0, 0.0, 18.0), "nvls_tree": (0.0, 0.0, 20.9), "pat": (0.0, 0.0, 14.0),
+        "tree": (5.0, 8.5, 14.0),
+        "ring": (2.7, 4.0, 14.0),
+        "collnet_direct": (0.0, 0.0, 31.0),
+        "collnet_chain": (0.0, 0.0, 30.0),
+        "nvls": (0.0, 0.0, 18.0),
+        "nvls_tree": (0.0, 0.0, 20.9),
+        "pat": (0.0, 0.0, 14.0),
     },
 }
 
@@ -126,22 +207,34 @@ RING_PLATEAU_MIN_BYTES: Final = 64  # bytes per rank and channel
 #: LL's ceiling. One node reads the GPU's row; several nodes read row 0 (Intel and other CPUs) or
 #: row 1 (AMD), whatever the GPU: LL's speed across nodes is bound by the host's memory ordering.
 LL_MAX_GBps: Final[tuple[tuple[float, float, float], ...]] = (
-    (39.0, 39.0, 20.4),    # Volta (and Intel hosts across nodes)
-    (87.7, 22.5, 19.0),    # Ampere (and AMD hosts across nodes)
-    (141.0, 45.0, 35.0),   # Hopper
-    (282.0, 90.0, 70.0),   # Blackwell
+    (39.0, 39.0, 20.4),  # Volta (and Intel hosts across nodes)
+    (87.7, 22.5, 19.0),  # Ampere (and AMD hosts across nodes)
+    (141.0, 45.0, 35.0),  # Hopper
+    (282.0, 90.0, 70.0),  # Blackwell
 )
 PER_CHANNEL_MAX_RING_LL128_GBps: Final[tuple[tuple[float, float, float], ...]] = (
-    (20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0),
+    (20.0, 20.0, 20.0),
+    (20.0, 20.0, 20.0),
+    (36.7, 36.7, 36.7),
+    (40.0, 40.0, 40.0),
 )
 PER_CHANNEL_MAX_TREE_LL128_GBps: Final[tuple[tuple[float, float, float], ...]] = (
-    (20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0),
+    (20.0, 20.0, 20.0),
+    (20.0, 20.0, 20.0),
+    (36.7, 36.7, 29.0),
+    (55.6, 31.67, 20.0),
 )
 PER_CHANNEL_MAX_TREE_GBps: Final[tuple[tuple[float, float, float], ...]] = (
-    (26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0),
+    (26.5, 18.5, 10.0),
+    (24.0, 23.6, 17.8),
+    (38.7, 41.4, 36.0),
+    (70.0, 42.8, 24.0),
 )
 PER_CHANNEL_MAX_NVLS_TREE_GBps: Final[tuple[tuple[float, float, float], ...]] = (
-    (0.0, 0.0, 0.0), (0.0, 0.0, 0.0), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0),
+    (0.0, 0.0, 0.0),
+    (0.0, 0.0, 0.0),
+    (0.0, 57.7, 45.5),
+    (0.0, 96.0, 80.0),
 )
 #: Share of the NVLink bandwidth NVLS reductions achieve inside the switch.
 NVLS_EFFICIENCY: Final[tuple[float, ...]] = (0.0, 0.0, 0.85, 0.74)
@@ -166,13 +259,79 @@ COLLNET_DIRECT_ARITY_LATENCY_US: Final = 0.4
 #: in the middle sizes); they are not in the notes.
 TREE_CORRECTION: Final[dict[Protocol, tuple[float, ...]]] = {
     "ll": (
-        1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.7,
+        0.7,
+        0.7,
+        0.7,
+        0.6,
+        0.5,
+        0.4,
+        0.4,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.9,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
     ),
     "ll128": (
-        1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        1.0,
+        0.9,
+        0.8,
+        0.8,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.6,
+        0.8,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        1.0,
+        1.0,
     ),
     "simple": (
-        .9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.9,
+        0.8,
+        0.7,
+        0.6,
+        0.6,
+        0.5,
+        0.5,
+        0.5,
+        0.5,
+        0.6,
+        0.7,
+        0.8,
+        0.7,
+        0.7,
+        0.8,
+        0.9,
+        0.9,
     ),
 }
 

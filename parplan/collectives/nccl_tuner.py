@@ -139,8 +139,14 @@ def net_overhead_us(system: NcclSystem, protocol: Protocol) -> float:
     return base * (t.NET_OVERHEAD_SIMPLE_FACTOR if protocol == "simple" else 1.0)
 
 
-def _ring_latency_us(system: NcclSystem, collective: Collective, protocol: Protocol, intra_us: float,
-                     inter_us: float, intra_hw: Hardware) -> float:
+def _ring_latency_us(
+    system: NcclSystem,
+    collective: Collective,
+    protocol: Protocol,
+    intra_us: float,
+    inter_us: float,
+    intra_hw: Hardware,
+) -> float:
     """Ring: every step pays its hop; broadcast and reduce pipeline to one step's latency."""
     base = BASE_LATENCY_US["ring"][PROTOCOLS.index(protocol)]
     n, nodes = system.n_ranks, system.n_nodes
@@ -191,8 +197,9 @@ def _ll_max_GBps(system: NcclSystem) -> float:
     return t.LL_MAX_GBps[row][system.node_column]
 
 
-def _per_channel_GBps(system: NcclSystem, collective: Collective, algorithm: Algorithm,
-                      graph: GraphBandwidths) -> float:
+def _per_channel_GBps(
+    system: NcclSystem, collective: Collective, algorithm: Algorithm, graph: GraphBandwidths
+) -> float:
     """One channel's bandwidth before protocol refinements.
 
     ``bwIntra`` on up to two nodes and for CollNet, ``bwInter`` beyond. NVLS reduces inside the
@@ -219,8 +226,13 @@ def _per_channel_GBps(system: NcclSystem, collective: Collective, algorithm: Alg
     return graph.bw_inter_GBps
 
 
-def bus_bandwidth_GBps(system: NcclSystem, collective: Collective, algorithm: Algorithm, protocol: Protocol,
-                       graph: GraphBandwidths | None = None) -> float:
+def bus_bandwidth_GBps(
+    system: NcclSystem,
+    collective: Collective,
+    algorithm: Algorithm,
+    protocol: Protocol,
+    graph: GraphBandwidths | None = None,
+) -> float:
     """Channels x per-channel bandwidth with NCCL's protocol refinements (GB/s, bus bandwidth).
 
     ``graph`` defaults to the search's (:func:`graph_bandwidths`); pass one to model another.
@@ -262,8 +274,13 @@ def _n_steps(system: NcclSystem, collective: Collective) -> int:
     return n - 1 if collective in ("all_gather", "reduce_scatter") else n
 
 
-def algorithm_bandwidth_GBps(system: NcclSystem, collective: Collective, algorithm: Algorithm,
-                             protocol: Protocol, graph: GraphBandwidths | None = None) -> float:
+def algorithm_bandwidth_GBps(
+    system: NcclSystem,
+    collective: Collective,
+    algorithm: Algorithm,
+    protocol: Protocol,
+    graph: GraphBandwidths | None = None,
+) -> float:
     """NCCL's algorithm bandwidth (``comm->bandwidths``), before the tree correction, in GB/s.
 
     Rings and NVLS convert bus to algorithm bandwidth by nRanks/nsteps, every other algorithm by 1/2
@@ -278,8 +295,9 @@ def algorithm_bandwidth_GBps(system: NcclSystem, collective: Collective, algorit
     return bus * 0.5
 
 
-def runtime_channels(system: NcclSystem, algorithm: Algorithm, protocol: Protocol,
-                     n_bytes: int) -> tuple[int, int]:
+def runtime_channels(
+    system: NcclSystem, algorithm: Algorithm, protocol: Protocol, n_bytes: int
+) -> tuple[int, int]:
     """Channels and threads per channel NCCL launches for ``n_bytes`` (enqueue.cc channel tuning).
 
     Below ``channels x threads x threshold`` bytes NCCL drops channels one by one, then halves the
@@ -324,8 +342,9 @@ def ll128_enabled(system: NcclSystem) -> bool:
     return order.index(system.nic_path) <= order.index(worst)
 
 
-def unavailable_reason(system: NcclSystem, collective: Collective, algorithm: Algorithm,
-                       protocol: Protocol) -> str:
+def unavailable_reason(
+    system: NcclSystem, collective: Collective, algorithm: Algorithm, protocol: Protocol
+) -> str:
     """Why NCCL never runs this (collective, algorithm, protocol) on ``system``; "" when it may."""
     nodes, ppn = system.n_nodes, system.ranks_per_node
     if collective not in SUPPORTED[algorithm]:
@@ -351,8 +370,14 @@ def unavailable_reason(system: NcclSystem, collective: Collective, algorithm: Al
     return ""
 
 
-def algo_time_us(system: NcclSystem, collective: Collective, algorithm: Algorithm, protocol: Protocol,
-                 n_bytes: int, n_channels: int | None = None) -> float:
+def algo_time_us(
+    system: NcclSystem,
+    collective: Collective,
+    algorithm: Algorithm,
+    protocol: Protocol,
+    n_bytes: int,
+    n_channels: int | None = None,
+) -> float:
     """NCCL's predicted time (ncclTopoGetAlgoTime) of one call of ``n_bytes``, in microseconds.
 
     ``n_channels`` replaces the search's channel count (bandwidth scales with it). Raises
@@ -384,8 +409,9 @@ def algo_time_us(system: NcclSystem, collective: Collective, algorithm: Algorith
 _Name = TypeVar("_Name", bound=str)
 
 
-def parse_restriction(spec: str | Iterable[str] | None, valid: tuple[_Name, ...],
-                      what: str) -> frozenset[_Name]:
+def parse_restriction(
+    spec: str | Iterable[str] | None, valid: tuple[_Name, ...], what: str
+) -> frozenset[_Name]:
     """The entries an NCCL_ALGO / NCCL_PROTO-style restriction enables.
 
     ``None`` enables all; a string is NCCL's syntax (``"Ring,Tree"``, ``"^LL128"`` disables);
@@ -413,9 +439,14 @@ def parse_restriction(spec: str | Iterable[str] | None, valid: tuple[_Name, ...]
     return frozenset(v for v in valid if (v in chosen) != exclude)
 
 
-def select(system: NcclSystem, collective: Collective, n_bytes: int, *,
-           algorithms: str | Iterable[str] | None = None,
-           protocols: str | Iterable[str] | None = None) -> NcclChoice:
+def select(
+    system: NcclSystem,
+    collective: Collective,
+    n_bytes: int,
+    *,
+    algorithms: str | Iterable[str] | None = None,
+    protocols: str | Iterable[str] | None = None,
+) -> NcclChoice:
     """What NCCL's tuner picks for one call of ``n_bytes``, with the whole table it chose from.
 
     ``algorithms`` / ``protocols`` restrict the choice as NCCL_ALGO / NCCL_PROTO do: they only
@@ -443,5 +474,6 @@ def select(system: NcclSystem, collective: Collective, n_bytes: int, *,
     if best is None or best.time_us is None:
         raise CollectiveError(f"no NCCL algorithm/protocol is enabled for {collective} on this system")
     channels, threads = runtime_channels(system, best.algorithm, best.protocol, n_bytes)
-    return NcclChoice(collective, n_bytes, best.algorithm, best.protocol, channels, threads, best.time_us,
-                      tuple(table))
+    return NcclChoice(
+        collective, n_bytes, best.algorithm, best.protocol, channels, threads, best.time_us, tuple(table)
+    )

@@ -11,7 +11,7 @@ and a ``register(...)`` line below; tests (and later plugins) may :func:`registe
 >>> build_schedule("tree:4", 16, 1000).meta["arity"]
 4
 >>> list(ALGORITHMS)
-['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical', 'auto']
+['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical', 'nccl_tree', 'auto']
 >>> get("tree").label(parse("tree:4"))
 'tree:4'
 """
@@ -31,6 +31,7 @@ from parplan.collectives import (
     double_binary_tree,
     halving_doubling,
     hierarchical,
+    nccl_tree,
     ring,
     tree,
     tree_broadcast,
@@ -208,6 +209,7 @@ register(ring.ALL_REDUCE)
 register(halving_doubling.ALL_REDUCE)
 register(double_binary_tree.ALL_REDUCE)
 register(hierarchical.ALL_REDUCE)
+register(nccl_tree.ALL_REDUCE)
 register(auto.ALL_REDUCE)
 register(ring.REDUCE_SCATTER)
 register(ring.ALL_GATHER)

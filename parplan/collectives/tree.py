@@ -206,8 +206,6 @@ def tree_all_reduce(num_ranks: int, num_elements: int, *, arity: int = 2, segmen
     )
 
 
-
-
 def one_way_schedule(
     collective: str,
     emit: Callable[..., object],

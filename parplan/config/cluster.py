@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
@@ -120,13 +120,40 @@ class LinkSpec(LinkTemplate):
     b: str = Field(min_length=1, description="the other endpoint")
 
 
+HostLinks = dict[str, LinkTemplate]
+"""Links by host name (``h3``) that replace a generator's ``link`` for those hosts."""
+
+
+def _check_host_links(host_links: HostLinks, hosts: int | None) -> HostLinks:
+    """Every key of ``host_links`` names a generated host ``h0 .. h{hosts-1}``."""
+    if hosts is None:
+        return host_links
+    for name in host_links:
+        index = name[1:]
+        if not (name.startswith("h") and index.isdigit() and int(index) < hosts and str(int(index)) == index):
+            raise ValueError(f"{name!r} is not a host of this generator (h0 .. h{hosts - 1})")
+    return host_links
+
+
 class SwitchGenerator(Spec):
-    """``hosts`` devices ``h0 .. h{N-1}``, each linked to one switch ``sw0``."""
+    """``hosts`` devices ``h0 .. h{N-1}``, each linked to one switch ``sw0``.
+
+    ``host_links`` overrides ``link`` for named hosts (``h3: {bandwidth: 20 Mbit/s, latency:
+    45 ms}``): an edge cluster whose clients reach the switch at different rates.
+    """
 
     kind: Literal["switch"]
     hosts: int = Field(ge=1)
     device: DeviceTemplate
     link: LinkTemplate
+    host_links: dict[str, LinkTemplate] = Field(
+        default_factory=dict, description="per-host link (by host name) in place of 'link'"
+    )
+
+    @field_validator("host_links")
+    @classmethod
+    def _known_hosts(cls, host_links: HostLinks, info: ValidationInfo) -> HostLinks:
+        return _check_host_links(host_links, info.data.get("hosts"))
 
 
 class RingGenerator(Spec):
@@ -160,6 +187,9 @@ class FatTreeGenerator(Spec):
     uplink: LinkTemplate | None = Field(
         default=None, description="switch-to-switch links (default: same as link)"
     )
+    host_links: dict[str, LinkTemplate] = Field(
+        default_factory=dict, description="per-host link to its edge switch (by host name) in place of 'link'"
+    )
 
     @field_validator("k")
     @classmethod
@@ -176,14 +206,30 @@ class FatTreeGenerator(Spec):
             raise ValueError(f"a fat tree with k={k} has at most {k**3 // 4} hosts, asked {hosts}")
         return hosts
 
+    @field_validator("host_links")
+    @classmethod
+    def _known_hosts(cls, host_links: HostLinks, info: ValidationInfo) -> HostLinks:
+        k, hosts = info.data.get("k"), info.data.get("hosts")
+        if hosts is None and k is not None:
+            hosts = k**3 // 4
+        return _check_host_links(host_links, hosts)
+
 
 class HierarchicalGenerator(Spec):
     """``nodes`` nodes of ``devices_per_node`` devices ``n{i}.d{j}``.
 
     Inside node i every device links to the node's switch ``n{i}.sw`` with ``intra`` (NVLink/NVSwitch).
-    Each node has ``nics_per_node`` NICs ``n{i}.nic{r}``; device j reaches NIC ``j mod nics_per_node``
-    over ``pcie`` (or directly when one NIC per device and no pcie link is given) and every NIC links to
-    the fabric switch ``fabric`` with ``nic``. Devices of one node share the group ``n{i}``.
+    Each node has ``nics_per_node`` NICs ``n{i}.nic{r}`` (or ``nics_per_device`` per device: the
+    same as ``nics_per_node = nics_per_device x devices_per_node``). With at most one NIC per device,
+    device j reaches NIC ``j mod nics_per_node``; with several (a p5 node: 32 NICs for 8 GPUs),
+    device j owns NICs ``j k .. j k + k - 1`` (``k = nics_per_node / devices_per_node``, which must be
+    whole). A device reaches its NICs over ``pcie`` (or directly when no device shares a NIC and no
+    pcie link is given). ``fabric: switch`` links every NIC to one fabric switch ``fabric`` with
+    ``nic``; ``fabric: rails`` is a rail-optimized fabric: NIC r of every node links to rail switch
+    ``rail{r}`` with ``nic`` and the rails join at a ``spine`` switch with ``spine`` (default: a
+    non-blocking rail uplink, ``nodes`` x the NIC bandwidth at the NIC latency), so cross-node
+    traffic between devices of one local rank crosses one switch. Devices of one node share the
+    group ``n{i}``.
     """
 
     kind: Literal["hierarchical"]
@@ -192,8 +238,52 @@ class HierarchicalGenerator(Spec):
     device: DeviceTemplate
     intra: LinkTemplate
     nics_per_node: int = Field(default=1, ge=1)
+    nics_per_device: int | None = Field(
+        default=None, ge=1, description="NICs each device owns (instead of nics_per_node)"
+    )
     nic: LinkTemplate
     pcie: LinkTemplate | None = None
+    fabric: Literal["switch", "rails"] = Field(
+        default="switch",
+        description="'switch': every NIC on one fabric switch; 'rails': NIC r of every node on rail switch r",
+    )
+    spine: LinkTemplate | None = Field(
+        default=None, description="rail switch <-> spine link of a 'rails' fabric"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nics_from_per_device(cls, data: Any) -> Any:
+        """``nics_per_device: k`` stands for ``nics_per_node: k x devices_per_node``."""
+        if isinstance(data, dict):
+            k, per_node = data.get("nics_per_device"), data.get("devices_per_node")
+            if isinstance(k, int) and isinstance(per_node, int) and k >= 1 and per_node >= 1:
+                given = data.get("nics_per_node")
+                if given is None:
+                    data = {**data, "nics_per_node": k * per_node}
+                elif given != k * per_node:
+                    raise ValueError(
+                        f"nics_per_node ({given}) and nics_per_device ({k}) x devices_per_node ({per_node}) "
+                        "disagree; give one of them"
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _nic_counts(self) -> HierarchicalGenerator:
+        if self.nics_per_node > self.devices_per_node and self.nics_per_node % self.devices_per_node:
+            raise ValueError(
+                f"{self.nics_per_node} NICs per node for {self.devices_per_node} devices: more NICs than "
+                "devices must be a whole number per device"
+            )
+        if self.spine is not None and self.fabric != "rails":
+            raise ValueError("a spine link needs fabric: rails")
+        return self
+
+    @property
+    def nics_per_device_owned(self) -> int:
+        """NICs each device owns: ``nics_per_node / devices_per_node`` when NICs outnumber devices,
+        else 1 (devices then share NICs, or each has one)."""
+        return max(1, self.nics_per_node // self.devices_per_node)
 
 
 ClusterGenerator = Annotated[

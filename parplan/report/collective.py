@@ -19,9 +19,10 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 
-from parplan.collectives.registry import ALGORITHMS
+from parplan.collectives.registry import algorithms
 
 if TYPE_CHECKING:
+    from parplan.api.analytic_fit import AnalyticCheck
     from parplan.api.collective import CollectiveRow, CollectiveSweep, CollectiveTrace, UniformParameters
 
 
@@ -75,6 +76,7 @@ def collective_document(sweep: CollectiveSweep) -> dict[str, Any]:
     out: dict[str, Any] = {
         "results": [row_document(r) for r in sweep.rows],
         "cluster": sweep.cluster,
+        "collective": sweep.collective,
         "mode": "analytic" if sweep.analytic else "simulated",
         "ranks": len(sweep.devices),
         "element_bytes": sweep.element_bytes,
@@ -88,7 +90,27 @@ def collective_document(sweep: CollectiveSweep) -> dict[str, Any]:
             "shared_port": p.shared_port,
             "bottleneck": list(p.bottleneck),
         }
+        out["analytic_checks"] = [check_document(c) for c in sweep.checks]
     return out
+
+
+def check_document(check: AnalyticCheck) -> dict[str, Any]:
+    """The JSON form of one closed-form-against-engine check (``difference``: simulated / analytic
+    - 1; ``agrees``: within the stated ``tolerance``; ``warning``: the line the table prints)."""
+    from parplan.api.analytic_fit import TOLERANCE
+
+    return {
+        "algorithm": check.algorithm,
+        "size_bytes": check.size_bytes,
+        "analytic_s": check.analytic_s,
+        "simulated_s": check.simulated_s,
+        "difference": check.difference,
+        "tolerance": TOLERANCE,
+        "agrees": check.agrees,
+        "assumes": check.assumes,
+        "reason": check.reason,
+        "warning": None if check.agrees else check.warning(),
+    }
 
 
 def collective_json(sweep: CollectiveSweep) -> str:
@@ -106,10 +128,10 @@ def write_collective_trace(trace: CollectiveTrace, path: str | Path) -> None:
 # -- tables ----------------------------------------------------------------------------------------
 
 
-def short_label(label: str) -> str:
+def short_label(label: str, collective: str = "all_reduce") -> str:
     """An algorithm label with its name abbreviated for a column header: ``hd``, ``central:0``."""
     name, sep, arg = label.partition(":")
-    algorithm = ALGORITHMS.get(name)
+    algorithm = algorithms(collective).get(name)
     return f"{algorithm.column_label if algorithm is not None else name}{sep}{arg}"
 
 
@@ -136,7 +158,7 @@ def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, 
     """The sweep as a table on ``out`` (see the module docstring); ``note``: say above it which
     figures the closed forms used."""
     mode = "closed forms" if sweep.analytic else "simulated"
-    title = f"all_reduce on {sweep.cluster}: {len(sweep.devices)} ranks, {dtype}, {mode}"
+    title = f"{sweep.collective} on {sweep.cluster}: {len(sweep.devices)} ranks, {dtype}, {mode}"
     if sweep.parameters is not None and note:
         out.print(f"analytic: {describe_parameters(sweep.parameters)}", style="dim")
     table = Table(title=title)
@@ -159,9 +181,10 @@ def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, 
                 *([row.chosen or ""] if chosen else []),
             )
         print_unsqueezed(out, table)
+        _print_warnings(out, sweep)
         return
     for name in names:
-        table.add_column(short_label(name), justify="right", no_wrap=True)
+        table.add_column(short_label(name, sweep.collective), justify="right", no_wrap=True)
     table.add_column("fastest", no_wrap=True)
     table.add_column("busbw (GB/s)", justify="right", no_wrap=True)
     by_size: dict[float, list[CollectiveRow]] = {}
@@ -170,8 +193,17 @@ def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, 
     for size_bytes, rows in by_size.items():
         best = next((r for r in rows if r.fastest), rows[0])
         cells = [f"{r.time_s * 1e6:.6g}{'*' if r.fastest else ' '}" for r in rows]
-        fastest = short_label(best.algorithm)
+        fastest = short_label(best.algorithm, sweep.collective)
         table.add_row(f"{size_bytes:.0f}", str(rows[0].count), *cells, fastest, _gbps(best.busbw_GBps))
     print_unsqueezed(out, table)
-    legend = ", ".join(f"{short_label(n)} = {n}" for n in names if short_label(n) != n)
+    legend = ", ".join(
+        f"{short_label(n, sweep.collective)} = {n}" for n in names if short_label(n, sweep.collective) != n
+    )
     out.print(f"times in us; * fastest at that size{'; ' + legend if legend else ''}", style="dim")
+    _print_warnings(out, sweep)
+
+
+def _print_warnings(out: Console, sweep: CollectiveSweep) -> None:
+    """Under an analytic table: each algorithm whose closed form the engine does not confirm."""
+    for line in sweep.warnings():
+        out.print(f"warning: {line}", style="yellow", soft_wrap=True)

@@ -17,10 +17,20 @@ leave open are named here:
   Host links use ``link``, switch-to-switch links ``uplink`` (default ``link``). With fewer
   ``hosts`` every switch is still built.
 - ``hierarchical``: devices ``n{i}.d{j}`` (group ``n{i}``), node switch ``n{i}.sw``, NICs
-  ``n{i}.nic{r}``, fabric switch ``fabric``. Without a ``pcie`` link and with one NIC per device, a
-  device reaches its NIC directly: the hop has the NIC's bandwidth and no latency of its own. Devices
-  sharing a NIC need a ``pcie`` link; traffic between them takes the node switch whenever ``intra``
-  is the wider link, whatever the latencies (routes are widest first, see :mod:`.routing`).
+  ``n{i}.nic{r}``, fabric switch ``fabric`` (or, with ``fabric: rails``, rail switches ``rail{r}``
+  holding NIC r of every node, joined by a switch ``spine``). Without a ``pcie`` link and with no
+  NIC shared, a device reaches its NICs directly: the hop has the NIC's bandwidth and no latency of
+  its own. Devices sharing a NIC need a ``pcie`` link; traffic between them takes the node switch
+  whenever ``intra`` is the wider link, whatever the latencies (routes are widest first, see
+  :mod:`.routing`). A device that owns several NICs sends to each destination through one of them,
+  chosen by the destination (D-mod-k, the default router of such a cluster): the engine routes a
+  transfer by its (source, destination) pair, and a task graph has no channel to route by, so a
+  route per destination is the finest spreading it can express, and it is what a NIC's
+  destination-hashed queue pairs do. Traffic to many peers (all-to-all, halving-doubling, trees)
+  spreads over every NIC; a ring channel, which sends to one peer, uses one NIC of its device.
+  On rails, cross-node traffic between devices of one local rank crosses its rail switch only;
+  other pairs take NVLink to the peer on the destination's rail when that is no slower (NCCL's PXN)
+  or climb to the spine.
 
 Nodes carry ``kind`` ("device" or "switch") and ``role`` ("host", "switch", "edge", "aggregation",
 "core", "node_switch", "nic", "fabric", or "device"/"switch" for explicit ones); devices carry the
@@ -176,14 +186,19 @@ def cluster_transport(spec: ClusterSpec, graph: nx.DiGraph) -> TransportCosts:
 
 
 def default_router(spec: ClusterSpec) -> Router:
-    """The router a cluster asks for: D-mod-k on fat trees (or when asked), else first shortest path.
+    """The router a cluster asks for: D-mod-k on fat trees and on hierarchical clusters whose
+    devices own several NICs (or when asked), else first shortest path.
 
     With first-shortest-path routing every inter-pod flow of a fat tree climbs through the first
     aggregation and core switch, which turns a full-bisection fabric into a 1:k/2 oversubscribed
     one; D-mod-k spreads the up-paths like the deterministic routing InfiniBand subnet managers use.
+    On a device with k NICs it picks the NIC by destination (destination index mod k), so a
+    device's traffic to different peers leaves through different NICs (see :func:`_hierarchical`).
     """
-    fat_tree = isinstance(spec.generator, FatTreeGenerator)
-    dmodk = spec.routing == "dmodk" or (spec.routing == "auto" and fat_tree)
+    gen = spec.generator
+    fat_tree = isinstance(gen, FatTreeGenerator)
+    multi_nic = isinstance(gen, HierarchicalGenerator) and gen.nics_per_device_owned > 1
+    dmodk = spec.routing == "dmodk" or (spec.routing == "auto" and (fat_tree or multi_nic))
     return spread_route if dmodk else shortest_hop_route
 
 
@@ -193,7 +208,7 @@ def _switch(b: _Builder, gen: SwitchGenerator) -> None:
         b.device(f"h{i}", gen.device, None, "host", origin)
     b.switch("sw0", "switch", origin)
     for i in range(gen.hosts):
-        b.link(f"h{i}", "sw0", gen.link)
+        b.link(f"h{i}", "sw0", gen.host_links.get(f"h{i}", gen.link))
 
 
 def _ring(b: _Builder, gen: RingGenerator) -> None:
@@ -243,7 +258,8 @@ def _fat_tree(b: _Builder, gen: FatTreeGenerator) -> None:
     for c in range(half * half):
         b.switch(f"core{c}", "core", origin)
     for h in range(hosts):
-        b.link(f"h{h}", f"pod{h // (half * half)}.edge{(h // half) % half}", gen.link)
+        edge = f"pod{h // (half * half)}.edge{(h // half) % half}"
+        b.link(f"h{h}", edge, gen.host_links.get(f"h{h}", gen.link))
     for p in range(gen.k):
         for e in range(half):
             for a in range(half):
@@ -266,20 +282,38 @@ def _hierarchical(b: _Builder, gen: HierarchicalGenerator) -> None:
         pcie = LinkTemplate(
             bandwidth_Bps=gen.nic.bandwidth_Bps, latency_s=0.0, full_duplex=gen.nic.full_duplex
         )
+    owned = gen.nics_per_device_owned
     for i in range(gen.nodes):
         for j in range(gen.devices_per_node):
             b.device(f"n{i}.d{j}", gen.device, f"n{i}", "device", origin)
         b.switch(f"n{i}.sw", "node_switch", origin)
         for r in range(gen.nics_per_node):
             b.switch(f"n{i}.nic{r}", "nic", origin)
-    b.switch("fabric", "fabric", origin)
+    if gen.fabric == "rails":
+        for r in range(gen.nics_per_node):
+            b.switch(f"rail{r}", "rail", origin)
+        b.switch("spine", "spine", origin)
+    else:
+        b.switch("fabric", "fabric", origin)
     for i in range(gen.nodes):
         for j in range(gen.devices_per_node):
             b.link(f"n{i}.d{j}", f"n{i}.sw", gen.intra)
         for j in range(gen.devices_per_node):
-            b.link(f"n{i}.d{j}", f"n{i}.nic{j % gen.nics_per_node}", pcie)
+            if owned > 1:  # device j owns NICs j*owned .. j*owned + owned - 1
+                for r in range(j * owned, (j + 1) * owned):
+                    b.link(f"n{i}.d{j}", f"n{i}.nic{r}", pcie)
+            else:
+                b.link(f"n{i}.d{j}", f"n{i}.nic{j % gen.nics_per_node}", pcie)
         for r in range(gen.nics_per_node):
-            b.link(f"n{i}.nic{r}", "fabric", gen.nic)
+            b.link(f"n{i}.nic{r}", f"rail{r}" if gen.fabric == "rails" else "fabric", gen.nic)
+    if gen.fabric == "rails":
+        spine = gen.spine or LinkTemplate(
+            bandwidth_Bps=gen.nic.bandwidth_Bps * gen.nodes,
+            latency_s=gen.nic.latency_s,
+            full_duplex=gen.nic.full_duplex,
+        )
+        for r in range(gen.nics_per_node):
+            b.link(f"rail{r}", "spine", spine)
 
 
 def _check_connected(graph: nx.DiGraph, cluster: str) -> None:

@@ -47,6 +47,7 @@ def test_every_sample_cluster(cluster: Path) -> None:
         "halving_doubling",
         "double_binary_tree",
         "hierarchical",
+        "nccl_tree",
     }
     for r in rows:
         assert set(r) >= {"algorithm", "ranks", "size_bytes", "time_s", "algbw_GBps", "busbw_GBps"}

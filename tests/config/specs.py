@@ -103,17 +103,30 @@ def generators() -> st.SearchStrategy[Any]:
                 uplink=st.none() | link,
             )
         ),
-        st.builds(
-            HierarchicalGenerator,
-            kind=st.just("hierarchical"),
-            nodes=st.integers(1, 4),
-            devices_per_node=st.integers(1, 8),
-            device=dev,
-            intra=link,
-            nics_per_node=st.integers(1, 8),
-            nic=link,
-            pcie=st.none() | link,
-        ),
+        hierarchical(dev, link),
+    )
+
+
+@st.composite
+def hierarchical(
+    draw: st.DrawFn, dev: st.SearchStrategy[DeviceTemplate], link: st.SearchStrategy[LinkTemplate]
+) -> HierarchicalGenerator:
+    """A hierarchical generator: NICs shared by devices, one each, or several per device (a whole
+    number each), on one fabric switch or on rails."""
+    per_node = draw(st.integers(1, 8))
+    nics = draw(st.integers(1, per_node) | st.integers(1, 4).map(lambda k: k * per_node))
+    fabric = draw(st.sampled_from(["switch", "rails"]))
+    return HierarchicalGenerator(
+        kind="hierarchical",
+        nodes=draw(st.integers(1, 4)),
+        devices_per_node=per_node,
+        device=draw(dev),
+        intra=draw(link),
+        nics_per_node=nics,
+        nic=draw(link),
+        pcie=draw(st.none() | link),
+        fabric=fabric,
+        spine=draw(st.none() | link) if fabric == "rails" else None,
     )
 
 

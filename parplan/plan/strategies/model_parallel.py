@@ -80,7 +80,6 @@ def num_microbatches(strategy: ModelParallelStrategy) -> int:
     return comm.microbatches if comm.protocol == "pipeline" else 1
 
 
-
 def pipeline_memory(
     ctx: PlanContext,
     layout: PipelineLayout,

@@ -1,0 +1,223 @@
+"""How the closed forms see one algorithm on a real cluster, and the check that they agree with it.
+
+The closed forms (:mod:`parplan.engine.analytic`) price a *uniform* group: every message pays one
+``alpha`` and moves its bytes at one ``beta``, and a rank's port is the busiest link. A real
+cluster is reduced to such a group by its bottleneck path (:func:`~parplan.api.collective.
+uniform_parameters`). That is exact when the algorithm's messages all see that path and no link
+carries more than a port; on a hierarchical cluster neither holds: a ring on eight channels sends
+one eighth of its bytes through each of eight NICs, so the bottleneck path's 25 GB/s NIC stands for
+200 GB/s of real capacity, and the ring was priced 8x too slow.
+
+:func:`fit_algorithm` routes the algorithm's own schedule on the network (each distinct rank pair
+once), adds up the bytes each link carries and finds the busiest link. Where the algorithm's
+traffic is balanced (every rank sends and receives as much as every other, as in the ring and
+halving-doubling) the bandwidth term is set by that link, so beta becomes
+``busiest link time / bytes through a rank``: the closed form's inputs made right. Either way
+the fit says whether the network is uniform for the algorithm (one path latency, one path width,
+no link above a port's load); where it is not, :func:`~parplan.api.collective.collective_sweep` runs the event
+engine at the sweep's smallest and largest sizes, so the report can say by how much the closed form
+differs and why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from parplan.collectives.algorithm import AlgorithmSpecBase, Groups, UniformCost
+from parplan.collectives.registry import get
+from parplan.config.units import human_bytes
+from parplan.topology.network import Network
+
+if TYPE_CHECKING:
+    from parplan.api.collective import UniformParameters
+
+TOLERANCE = 0.05
+"""Largest relative difference between the closed form and the engine that is not reported."""
+
+CHECK_STEP_BUDGET = 200_000
+"""Most schedule steps an agreement check simulates; past it the check is skipped (and said so)."""
+
+_EXACT = 1e-9
+
+
+@dataclass(frozen=True)
+class AlgorithmFit:
+    """One algorithm's closed-form inputs on a cluster and what they assume."""
+
+    algorithm: str
+    parameters: UniformParameters
+    uniform: bool
+    """Every message sees one path latency and width and no link carries more than a port: the
+    closed form is exact here (as tested against the engine on uniform clusters)."""
+    assumes: str
+    reason: str
+    """Why the network is not uniform for the algorithm ("" when it is)."""
+    steps: int
+
+
+@dataclass(frozen=True)
+class AnalyticCheck:
+    """The closed form against the event engine for one algorithm at one size."""
+
+    algorithm: str
+    size_bytes: float
+    analytic_s: float
+    simulated_s: float | None
+    """None when the schedule was over :data:`CHECK_STEP_BUDGET` steps (not simulated)."""
+    assumes: str
+    reason: str
+
+    @property
+    def difference(self) -> float | None:
+        """``simulated / analytic - 1`` (None when not simulated)."""
+        if self.simulated_s is None or self.analytic_s <= 0:
+            return None
+        return self.simulated_s / self.analytic_s - 1.0
+
+    @property
+    def agrees(self) -> bool:
+        """Within :data:`TOLERANCE` (a skipped check does not agree: nothing was shown)."""
+        d = self.difference
+        return d is not None and abs(d) <= TOLERANCE
+
+    def warning(self) -> str:
+        """``analytic assumes X; the simulation differs by Y% here because Z`` (or why unchecked)."""
+        d = self.difference
+        if d is None:
+            return (
+                f"{self.algorithm}: analytic assumes {self.assumes}; not checked against the simulation "
+                f"(over {CHECK_STEP_BUDGET} steps), and it may differ because {self.reason}"
+            )
+        return (
+            f"{self.algorithm}: analytic assumes {self.assumes}; the simulation differs by {d * 100:+.0f}% "
+            f"at {human_bytes(self.size_bytes)} here because {self.reason}"
+        )
+
+
+def _gbps(bandwidth_Bps: float) -> str:
+    return f"{bandwidth_Bps / 1e9:.4g} GB/s"
+
+
+def _reads_intra(
+    spec: AlgorithmSpecBase,
+    p: int,
+    params: UniformParameters,
+    groups: Groups | None,
+    collective: str = "all_reduce",
+) -> bool:
+    """Whether the algorithm's closed form uses the within-group figures (a two-level algorithm)."""
+    if params.intra_beta_s_per_byte is None:
+        return False
+    found = get(spec.name, collective)
+    base = UniformCost(params.alpha_s, params.beta_s_per_byte, 0.0, params.shared_port)
+    probe = replace(
+        base, intra_alpha_s=2 * params.alpha_s + 1e-6, intra_beta_s_per_byte=2 * params.beta_s_per_byte
+    )
+    size = 1 << 20
+    return found.time_s(spec, p, size, base, groups) != found.time_s(spec, p, size, probe, groups)
+
+
+def fit_algorithm(
+    network: Network,
+    devices: Sequence[str],
+    spec: AlgorithmSpecBase,
+    label: str,
+    params: UniformParameters,
+    groups: Groups | None,
+    count: int,
+    element_bytes: int,
+    collective: str = "all_reduce",
+) -> AlgorithmFit:
+    """The closed-form inputs for ``spec`` on ``devices`` (see the module docstring), from its
+    schedule of ``count`` elements routed on ``network``."""
+    p = len(devices)
+    bottleneck = params.bottleneck
+    base_assumes = (
+        f"every message crosses the bottleneck path {bottleneck[0]} -> {bottleneck[1]} "
+        f"({params.alpha_s * 1e6:.3g} us, {_gbps(1.0 / params.beta_s_per_byte)})"
+        if params.beta_s_per_byte > 0
+        else "no traffic"
+    )
+    if p < 2:
+        return AlgorithmFit(label, params, True, base_assumes, "", 0)
+    found = get(spec.name, collective)
+    schedule = found.build(spec, p, max(count, p), groups)
+    src = schedule.src.astype(np.int64)
+    dst = schedule.dst.astype(np.int64)
+    size_bytes = schedule.length.astype(np.float64) * element_bytes
+    pair_id = src * p + dst
+    pairs, inverse = np.unique(pair_id, return_inverse=True)
+    pair_bytes = np.bincount(inverse, weights=size_bytes, minlength=len(pairs))
+    load = np.zeros(len(network.channel_bandwidth_Bps))
+    latencies: list[float] = []
+    widths: list[float] = []
+    ports: dict[tuple[str, int], set[int]] = {}  # the links each rank's messages leave / arrive on
+    for k, pid in enumerate(pairs.tolist()):
+        channels, latency = network.route(devices[pid // p], devices[pid % p])
+        np.add.at(load, channels, pair_bytes[k])
+        latencies.append(latency)
+        widths.append(float(network.channel_bandwidth_Bps[channels].min()) if len(channels) else np.inf)
+        if len(channels):
+            ports.setdefault(("out", pid // p), set()).add(int(channels[0]))
+            ports.setdefault(("in", pid % p), set()).add(int(channels[-1]))
+    sent = np.bincount(src, weights=size_bytes, minlength=p)
+    received = np.bincount(dst, weights=size_bytes, minlength=p)
+    # The bytes the uniform model puts on its busiest link: a rank's port, or a pair's own link.
+    port_bytes = float(max(sent.max(), received.max()) if params.shared_port else pair_bytes.max())
+    busy_s = load / network.channel_bandwidth_Bps
+    busiest = int(np.argmax(busy_s))
+    load_s = float(busy_s[busiest])
+    port_s = port_bytes * params.beta_s_per_byte
+    one_latency = max(latencies) - min(latencies) <= _EXACT * max(latencies)
+    one_width = max(widths) - min(widths) <= _EXACT * max(widths)
+    loads_match = abs(load_s - port_s) <= _EXACT * max(port_s, 1e-300)
+    most_ports = max((len(v) for v in ports.values()), default=1)
+    one_port = most_ports == 1 or not params.shared_port
+    uniform = one_latency and one_width and loads_match and one_port
+    reasons = []
+    if not one_latency:
+        low, high = min(latencies) * 1e6, max(latencies) * 1e6
+        reasons.append(f"its messages see path latencies from {low:.3g} to {high:.3g} us")
+    if not one_width:
+        reasons.append(f"paths from {_gbps(min(widths))} to {_gbps(max(widths))} wide")
+    if not loads_match:
+        share = float(load[busiest]) / port_bytes if port_bytes > 0 else float("inf")
+        reasons.append(
+            f"its busiest link {network.channel_names[busiest]} "
+            f"({_gbps(network.channel_bandwidth_Bps[busiest])}) "
+            f"carries {share:.3g}x the bytes through a rank"
+        )
+    if not one_port:
+        reasons.append(f"a rank uses up to {most_ports} links at once where the closed form has one port")
+    estimate = found.closed_form_estimate(spec, p, groups)
+    if estimate:
+        uniform = False
+        reasons.append(estimate)
+    reason = "; ".join(reasons)
+    balanced = bool(np.ptp(sent) <= _EXACT * sent.max() and np.ptp(received) <= _EXACT * received.max())
+    if uniform:  # the closed form is exact with the figures of the paths the algorithm uses
+        exact = replace(params, alpha_s=max(latencies), beta_s_per_byte=1.0 / max(widths))
+        return AlgorithmFit(label, exact, True, base_assumes, "", schedule.num_steps)
+    if not balanced or _reads_intra(spec, p, params, groups, collective) or port_bytes <= 0:
+        return AlgorithmFit(label, params, uniform, base_assumes, reason, schedule.num_steps)
+    # Balanced traffic: the busiest link sets the bandwidth term; alpha from the paths it uses. With
+    # C independent channels a step waits for its own channel's reduction only: gamma / C.
+    beta = load_s / port_bytes
+    meta_channels = schedule.meta.get("channels", 1)
+    channel_count = meta_channels if isinstance(meta_channels, int) and meta_channels > 0 else 1
+    fitted = replace(
+        params,
+        alpha_s=max(latencies),
+        beta_s_per_byte=beta,
+        gamma_s_per_byte=params.gamma_s_per_byte / channel_count,
+    )
+    assumes = (
+        f"its bytes move at the pace of its busiest link {network.channel_names[busiest]} "
+        f"(beta = 1/({_gbps(1.0 / beta)}) per byte through a rank, alpha {max(latencies) * 1e6:.3g} us"
+        + (f", reductions overlapped over {channel_count} channels)" if channel_count > 1 else ")")
+    )
+    return AlgorithmFit(label, fitted, False, assumes, reason, schedule.num_steps)
