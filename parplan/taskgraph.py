@@ -36,8 +36,10 @@ from parplan.errors import SimulationError
 COMPUTE, TRANSFER, MARKER = 0, 1, 2
 
 PROTOCOLS = ("ll", "ll128", "simple")
-"""NCCL's protocols by the code a transfer's ``protocol`` column holds (-1: no protocol)."""
+"""NCCL's protocols by the code a transfer's ``protocol`` column holds (-1: no protocol); a code
+plus :data:`TREE_STEP` marks a step of a tree, which NCCL times with its tree latencies."""
 NO_PROTOCOL = -1
+TREE_STEP = len(PROTOCOLS)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]

@@ -17,8 +17,9 @@ of a link is not handed to the others (an approximation of max-min fairness with
 
 Its bytes on the wire are ``size / protocol efficiency`` under ``nccl``: LL sends 8 bytes per 4
 of data (a flag beside each word, 50%), LL128 120 of every 128 (93.75%), Simple all of them
-(transfers without a protocol are Simple). The per-step latencies are NCCL 2.30.7's ring ``hwLat``
-(:data:`parplan.collectives.nccl_tables.HW_LATENCY_US`) for the route's hardware: NVLink when it
+(transfers without a protocol are Simple). The per-step latencies are NCCL 2.30.7's ``hwLat``
+(:data:`parplan.collectives.nccl_tables.HW_LATENCY_US`), the tree row for a tree's steps and the
+ring row otherwise, for the route's hardware: NVLink when it
 stays on NVLink, PCI when it crosses PCIe, NET when it leaves the node. The ``ideal`` transport adds
 nothing: the closed forms of :mod:`parplan.engine.analytic` are its oracle.
 
@@ -30,11 +31,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from parplan.collectives.nccl_tables import HW_LATENCY_US, Hardware
+from parplan.collectives.nccl_tables import HW_LATENCY_US, Algorithm, Hardware
 from parplan.config.cluster import TransportCosts
 from parplan.engine.arrays import FloatArray, IntArray
 from parplan.engine.routes import RouteTable
-from parplan.taskgraph import PROTOCOLS
+from parplan.taskgraph import PROTOCOLS, TREE_STEP
 
 PROTOCOL_EFFICIENCY: dict[str, float] = {"ll": 0.5, "ll128": 120 / 128, "simple": 1.0}
 """Payload share of the bytes each NCCL protocol puts on the wire."""
@@ -42,11 +43,16 @@ PROTOCOL_EFFICIENCY: dict[str, float] = {"ll": 0.5, "ll128": 120 / 128, "simple"
 _SIMPLE = PROTOCOLS.index("simple")
 _HARDWARE_ROWS: tuple[Hardware, ...] = ("nvlink", "pci", "net")  # indexed by the network's hardware codes
 
-# [hardware code, protocol code] -> seconds per step (NCCL's ring hwLat).
+# [hardware code, protocol code] -> seconds per step: NCCL's ring hwLat, then (codes + TREE_STEP)
+# its tree hwLat.
+_FAMILIES: tuple[Algorithm, ...] = ("ring", "tree")  # codes 0 .. TREE_STEP - 1, then TREE_STEP ..
 STEP_LATENCY_S = np.array(
-    [[HW_LATENCY_US[hw]["ring"][PROTOCOLS.index(p)] * 1e-6 for p in PROTOCOLS] for hw in _HARDWARE_ROWS]
+    [
+        [HW_LATENCY_US[hw][family][i] * 1e-6 for family in _FAMILIES for i in range(TREE_STEP)]
+        for hw in _HARDWARE_ROWS
+    ]
 )
-_EFFICIENCY = np.array([PROTOCOL_EFFICIENCY[p] for p in PROTOCOLS])
+_EFFICIENCY = np.tile([PROTOCOL_EFFICIENCY[p] for p in PROTOCOLS], len(_FAMILIES))
 
 
 class MessagePricer:

@@ -18,10 +18,11 @@ Without ``rank_deps``, the collective-wide ``deps`` go on the steps that have no
 own (every other step depends on those transitively).
 
 A lowered collective may carry an NCCL ``protocol`` (every transfer gets it: the engine prices its
-wire bytes and per-step latency), a per-channel payload rate ceiling ``max_rate_Bps`` (NCCL's
-per-channel bandwidth for the algorithm and protocol) and a per-call cost (:func:`call_overhead_s`:
-the transport's call latency plus, under ``nccl``, the protocol's base latency), paid once per call: it is the
-``overhead_s`` of the steps without dependencies, the ones every other step waits for.
+wire bytes and per-step latency, from NCCL's tree table for a tree's steps), a per-channel payload
+rate ceiling ``max_rate_Bps`` (NCCL's per-channel bandwidth for the algorithm and protocol) and a
+per-call cost (:func:`call_overhead_s`: the transport's call latency plus, under ``nccl``, the
+protocol's base latency), paid once per call: it is the ``overhead_s`` of the steps without
+dependencies, the ones every other step waits for.
 """
 
 from __future__ import annotations
@@ -37,7 +38,15 @@ from parplan.collectives.nccl_tables import BASE_LATENCY_US
 from parplan.collectives.schedule import Schedule
 from parplan.config.cluster import TransportCosts
 from parplan.errors import PlanError
-from parplan.taskgraph import MARKER, NO_PROTOCOL, PROTOCOLS, TRANSFER, TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import (
+    MARKER,
+    NO_PROTOCOL,
+    PROTOCOLS,
+    TRANSFER,
+    TREE_STEP,
+    TaskGraph,
+    TaskGraphBuilder,
+)
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -206,7 +215,8 @@ def _message_columns(
     if protocol is not None:
         if protocol not in PROTOCOLS:
             raise PlanError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
-        columns["protocol"] = np.full(n, PROTOCOLS.index(protocol), dtype=np.int8)
+        code = PROTOCOLS.index(protocol) + (TREE_STEP if "tree" in schedule.algorithm else 0)
+        columns["protocol"] = np.full(n, code, dtype=np.int8)
     if max_rate_Bps != float("inf"):
         if not max_rate_Bps > 0:
             raise PlanError(f"max_rate_Bps must be > 0, got {max_rate_Bps}")

@@ -10,7 +10,7 @@ import pytest
 from parplan.config.cluster import LINK_EFFICIENCY, ClusterSpec, TransportCosts, TransportSpec
 from parplan.engine.simulate import simulate
 from parplan.engine.transport import PROTOCOL_EFFICIENCY, STEP_LATENCY_S
-from parplan.taskgraph import PROTOCOLS, TaskGraphBuilder
+from parplan.taskgraph import PROTOCOLS, TREE_STEP, TaskGraphBuilder
 from parplan.topology.build import build_network
 from parplan.topology.network import HW_NET, HW_NVLINK, Network
 
@@ -127,3 +127,12 @@ def test_rate_ceiling_caps_the_payload_rate() -> None:
     # The ceiling is on payload: LL's doubled wire bytes move at twice the ceiling.
     want = STEP_LATENCY_S[HW_NVLINK, ll] + 1e6 / (BW / 4)
     assert _one(nccl, 1e6, protocol=ll, max_rate_Bps=BW / 4) == pytest.approx(want, rel=1e-12)
+
+
+def test_tree_steps_take_nccls_tree_latencies() -> None:
+    net = _pair(TransportCosts("nccl"), "infiniband", efficiency=1.0)
+    ll = PROTOCOLS.index("ll")
+    assert STEP_LATENCY_S[HW_NET, TREE_STEP + ll] == pytest.approx(5.0e-6)  # NET Tree LL
+    assert STEP_LATENCY_S[HW_NET, ll] == pytest.approx(2.7e-6)  # NET Ring LL
+    want = STEP_LATENCY_S[HW_NET, TREE_STEP + ll] + 16 / BW
+    assert _one(net, 8, protocol=TREE_STEP + ll) == pytest.approx(want, rel=1e-12)
