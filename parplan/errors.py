@@ -82,3 +82,14 @@ class PluginError(ParplanError):
 
 class RuntimeCheckError(ParplanError):
     """Raised by the numeric data-parallel runtime pieces on inconsistent inputs."""
+
+
+class UsageError(ParplanError):
+    """Raised when a value given on the command line (an option or argument) cannot be used: it is
+    malformed (``--bucket-size huge``), out of range (a sweep's end below its start) or names
+    something that does not exist (``--plan nope``). The CLI reports it as a usage error, exit
+    code 2; ``option`` names the option when known."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        super().__init__(message)
+        self.option = option

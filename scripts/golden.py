@@ -1,5 +1,5 @@
 """Golden outputs: every sample scenario's ``parplan simulate --json -`` and ``compare-strategies
---json -``, and every sample cluster's ``parplan collective --json`` (simulated and analytic),
+--json -``, and every sample cluster's ``parplan collective --json -`` (simulated and analytic),
 kept under ``tests/golden/`` and compared byte for byte.
 
     python scripts/golden.py            # check: exit 1 and name every file that differs
@@ -34,7 +34,7 @@ def cases() -> Iterator[tuple[str, list[str]]]:
     yield "compare-sweep.json", ["compare-strategies", SWEEP_SCENARIO, *SWEEP, "--json", "-"]
     for path in CLUSTERS:
         rel = str(path.relative_to(ROOT))
-        sweep = ["collective", "-c", rel, "-a", "all", "-b", "8", "-e", "64MiB", "-f", "8", "--json"]
+        sweep = ["collective", "-c", rel, "-a", "all", "-b", "8", "-e", "64MiB", "-f", "8", "--json", "-"]
         yield f"collective-{path.stem}.json", sweep
         yield f"collective-{path.stem}-analytic.json", [*sweep, "--analytic"]
 

@@ -43,7 +43,7 @@ from parplan.config.loader import load_cluster
 from parplan.config.nccltests import NcclTestsRow, NcclTestsTable, read_nccl_tests
 from parplan.config.readers import read_file
 from parplan.config.units import Bytes
-from parplan.errors import ConfigError, Issue, ParplanError
+from parplan.errors import ConfigError, Issue, ParplanError, UsageError
 from parplan.spec import Spec
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
@@ -229,7 +229,7 @@ def load_cases(manifest: Manifest, names: Sequence[str] | None = None) -> list[V
         known = [t.name for t in specs]
         unknown = [n for n in names if n not in known]
         if unknown:
-            raise ParplanError(f"unknown table {unknown[0]!r}; valid: {', '.join(known)}")
+            raise UsageError(f"--table: unknown table {unknown[0]!r}; valid: {', '.join(known)}", "--table")
         specs = [t for t in specs if t.name in names]
     networks: dict[Path, Network] = {}
     issues: list[Issue] = []
@@ -507,7 +507,7 @@ def run_validation(
     """Load, predict, compare and check the validation set (or the tables named).
 
     Raises :class:`ConfigError` for a bad manifest, cluster file or table and
-    :class:`ParplanError` for an unknown table name; figures above thresholds are not errors:
+    :class:`~parplan.errors.UsageError` for an unknown table name; figures above thresholds are not errors:
     they are in :attr:`ValidationReport.failures`.
     """
     manifest = load_manifest(manifest_path)

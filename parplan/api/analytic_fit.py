@@ -29,7 +29,7 @@ import numpy as np
 
 from parplan.collectives.algorithm import AlgorithmSpecBase, Groups, UniformCost
 from parplan.collectives.registry import get
-from parplan.config.units import human_bytes
+from parplan.config.units import human_bandwidth, human_bytes, human_seconds
 from parplan.topology.network import Network
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ class AnalyticCheck:
 
 
 def _gbps(bandwidth_Bps: float) -> str:
-    return f"{bandwidth_Bps / 1e9:.4g} GB/s"
+    return human_bandwidth(bandwidth_Bps)
 
 
 def _reads_intra(
@@ -138,7 +138,7 @@ def fit_algorithm(
     bottleneck = params.bottleneck
     base_assumes = (
         f"every message crosses the bottleneck path {bottleneck[0]} -> {bottleneck[1]} "
-        f"({params.alpha_s * 1e6:.3g} us, {_gbps(1.0 / params.beta_s_per_byte)})"
+        f"({human_seconds(params.alpha_s)}, {_gbps(1.0 / params.beta_s_per_byte)})"
         if params.beta_s_per_byte > 0
         else "no traffic"
     )
@@ -180,8 +180,8 @@ def fit_algorithm(
     uniform = one_latency and one_width and loads_match and one_port
     reasons = []
     if not one_latency:
-        low, high = min(latencies) * 1e6, max(latencies) * 1e6
-        reasons.append(f"its messages see path latencies from {low:.3g} to {high:.3g} us")
+        low, high = human_seconds(min(latencies)), human_seconds(max(latencies))
+        reasons.append(f"its messages see path latencies from {low} to {high}")
     if not one_width:
         reasons.append(f"paths from {_gbps(min(widths))} to {_gbps(max(widths))} wide")
     if not loads_match:
@@ -217,7 +217,7 @@ def fit_algorithm(
     )
     assumes = (
         f"its bytes move at the pace of its busiest link {network.channel_names[busiest]} "
-        f"(beta = 1/({_gbps(1.0 / beta)}) per byte through a rank, alpha {max(latencies) * 1e6:.3g} us"
+        f"(beta = 1/({_gbps(1.0 / beta)}) per byte through a rank, alpha {human_seconds(max(latencies))}"
         + (f", reductions overlapped over {channel_count} channels)" if channel_count > 1 else ")")
     )
     return AlgorithmFit(label, fitted, False, assumes, reason, schedule.num_steps)

@@ -22,15 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCheck, fit_algorithm
+from parplan.api.knobs import algorithm_problem
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.auto import AutoAlgorithm, choose
 from parplan.collectives.nccl_search import NcclSystem
 from parplan.collectives.registry import ALGORITHMS, algorithms, get, resolve, schedules
 from parplan.collectives.schedule import COLLECTIVES
 from parplan.collectives.specs import parse_algorithm
+from parplan.config.units import format_bytes
 from parplan.engine.analytic import collective_time
 from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
-from parplan.errors import CollectiveError, ParplanError
+from parplan.errors import CollectiveError, ParplanError, UsageError
 from parplan.taskgraph import TaskGraph
 from parplan.topology.network import Network
 
@@ -91,7 +93,7 @@ class CollectiveRow:
 
     algorithm: str
     ranks: int
-    size_bytes: float
+    size_bytes: int
     count: int
     time_s: float
     fastest: bool = False
@@ -153,48 +155,62 @@ def sweep_sizes(
     max_bytes: float | None = None,
     step_factor: float = 2.0,
     element_bytes: int = 4,
-) -> list[tuple[float, int]]:
+) -> list[tuple[int, int]]:
     """``(size_bytes, count)`` pairs: one size, or nccl-tests' ``-b``/``-e``/``-f`` sweep.
 
     Sizes are rounded down to whole elements (at least one). ``-b`` alone is one size; ``-e``
-    alone sweeps from one element.
+    alone sweeps from one element. A size that is not more than 0 bytes, a sweep that ends below
+    its start or does not grow is a :class:`~parplan.errors.UsageError`.
 
     >>> sweep_sizes(min_bytes=8, max_bytes=32)
-    [(8.0, 2), (16.0, 4), (32.0, 8)]
+    [(8, 2), (16, 4), (32, 8)]
     """
     if element_bytes < 1:
         raise ParplanError(f"element size must be at least 1 byte, got {element_bytes}")
+    for option, value in (("--size", size_bytes), ("-b", min_bytes), ("-e", max_bytes)):
+        if value is not None and not value > 0:
+            raise UsageError(f"{option}: a size must be more than 0 bytes, got {value:g} B", option)
     if size_bytes is not None:
         if min_bytes is not None or max_bytes is not None:
-            raise ParplanError("give either a size or a -b/-e sweep, not both")
-        raw = [size_bytes]
+            raise UsageError("give either a size (--size) or a -b/-e sweep, not both", "--size")
+        raw = [float(size_bytes)]
     else:
         if min_bytes is None and max_bytes is None:
-            raise ParplanError("give a size (--size) or a sweep (-b, -e, -f)")
+            raise UsageError("give a size (--size) or a sweep (-b, -e, -f)", "--size")
         lo = float(min_bytes) if min_bytes is not None else float(element_bytes)
         hi = float(max_bytes) if max_bytes is not None else lo
         if hi < lo:
-            raise ParplanError(f"the sweep's end ({hi:g} B) is below its start ({lo:g} B)")
+            raise UsageError(
+                f"the sweep's end (-e {format_bytes(hi)}) is below its start (-b {format_bytes(lo)})", "-e"
+            )
         if step_factor <= 1.0 and hi > lo:
-            raise ParplanError(f"the step factor must be > 1, got {step_factor:g}")
+            raise UsageError(f"-f: the step factor must be more than 1, got {step_factor:g}", "-f")
         raw = []
         s = float(lo)
         while s <= hi * (1 + 1e-12) and len(raw) < 1000:
             raw.append(s)
             s *= step_factor
-    out: list[tuple[float, int]] = []
+    out: list[tuple[int, int]] = []
     for s in raw:
         count = max(1, int(s // element_bytes))
-        pair = (float(count * element_bytes), count)
+        pair = (count * element_bytes, count)
         if not out or out[-1] != pair:
             out.append(pair)
     return out
 
 
+class AlgorithmOptionError(UsageError, CollectiveError):
+    """An algorithm given on the command line that is unknown or malformed: a usage error (exit
+    code 2), and a :class:`CollectiveError` for callers that catch those."""
+
+
 def check_collective(collective: str) -> str:
-    """``collective`` if it is one parplan times, else a :class:`CollectiveError` listing them."""
+    """``collective`` if it is one parplan times, else a usage error (a CollectiveError) listing them."""
     if collective not in COLLECTIVES:
-        raise CollectiveError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+        raise AlgorithmOptionError(
+            f"--collective: unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}",
+            "--collective",
+        )
     return collective
 
 
@@ -215,7 +231,7 @@ def algorithm_label(spec: AlgorithmSpecBase, collective: str = "all_reduce") -> 
 
 def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[AlgorithmSpecBase]:
     """``"all"`` (every algorithm registered for ``collective``, with its defaults), one short
-    form, or a comma list.
+    form, or a comma list; an unknown or malformed one is an :class:`AlgorithmOptionError`.
 
     >>> [algorithm_label(s) for s in expand_algorithms("ring, tree:4")]
     ['ring', 'tree:4']
@@ -231,28 +247,23 @@ def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[Al
             continue
         if name.partition(":")[0] not in table:
             what = "collective" if collective == "all_reduce" else collective
-            raise CollectiveError(f"unknown {what} algorithm {name!r}; valid: {', '.join(table)}, all")
+            raise AlgorithmOptionError(
+                f"--algorithm: unknown {what} algorithm {name!r}; valid: {', '.join(table)}, all",
+                "--algorithm",
+            )
         if collective != "all_reduce":
-            specs.append(resolve(name, collective)[1])
+            try:
+                specs.append(resolve(name, collective)[1])
+            except CollectiveError as exc:
+                raise AlgorithmOptionError(f"--algorithm: {exc}", "--algorithm") from None
             continue
-        try:
-            specs.append(parse_algorithm(name))
-        except ValueError as exc:  # pydantic's ValidationError is a ValueError
-            raise CollectiveError(f"invalid algorithm {name!r}: {_first_error(exc)}") from None
+        problem = algorithm_problem(name)
+        if problem is not None:
+            raise AlgorithmOptionError(f"--algorithm: {name!r}: {problem}", "--algorithm")
+        specs.append(parse_algorithm(name))
     if not specs:
-        raise CollectiveError("no algorithm given")
+        raise AlgorithmOptionError("--algorithm: no algorithm given", "--algorithm")
     return specs
-
-
-def _first_error(exc: ValueError) -> str:
-    """The first problem of a pydantic error as ``field: message`` (no pydantic dump)."""
-    errors = getattr(exc, "errors", None)
-    if not callable(errors):
-        return str(exc)
-    first = errors()[0]
-    detail = str(first["msg"]).removeprefix("Value error, ")
-    loc = ".".join(str(x) for x in first["loc"][1:])  # the first entry is the algorithm's tag
-    return f"{loc}: {detail}" if loc else detail
 
 
 def _pairs(devices: Sequence[str]) -> list[tuple[str, str]]:
@@ -389,7 +400,7 @@ def collective_sweep(
     network: Network,
     devices: Sequence[str],
     algorithms: Sequence[AlgorithmSpecBase],
-    sizes: Sequence[tuple[float, int]],
+    sizes: Sequence[tuple[int, int]],
     *,
     element_bytes: int = 4,
     groups: Sequence[Sequence[int]] | None = None,
@@ -526,7 +537,7 @@ def run_collective(
     timed on the cluster file's first ``ranks`` devices (or ``devices``, rank 0 first), ranks
     grouped by node; ``protocol`` forces NCCL's. Raises :class:`ParplanError` subclasses for bad
     input (a bad file, an unknown collective, algorithm or device, too many ranks)."""
-    from parplan.config.loader import load_cluster
+    from parplan.api.kinds import load_expected
     from parplan.topology.build import build_network
     from parplan.topology.placement import place
 
@@ -538,7 +549,16 @@ def run_collective(
         element_bytes=element_bytes,
     )
     specs = expand_algorithms(algorithm or default_algorithm(collective), collective)
-    network = build_network(load_cluster(cluster))
+    network = build_network(load_expected(cluster, "cluster", command="parplan collective --cluster"))
+    if devices is not None:
+        known = set(network.devices)
+        unknown = [d for d in devices if d not in known]
+        if unknown:
+            raise UsageError(
+                f"--devices: no device {unknown[0]!r} in cluster {network.name!r}; its devices:"
+                f" {_some(network.devices)}",
+                "--devices",
+            )
     placement = place(network, list(devices) if devices is not None else None, count=ranks)
     return collective_sweep(
         network,
@@ -552,3 +572,14 @@ def run_collective(
         protocol=protocol,
         collective=collective,
     )
+
+
+def _some(names: Sequence[str], shown: int = 8) -> str:
+    """The first ``shown`` names, then how many more.
+
+    >>> _some([f"h{i}" for i in range(10)], 3)
+    'h0, h1, h2, … (10 in all)'
+    """
+    if len(names) <= shown:
+        return ", ".join(names)
+    return ", ".join(names[:shown]) + f", … ({len(names)} in all)"

@@ -4,23 +4,26 @@ Plans are crossed with the sweeps of the scenario file and of the caller (the ca
 scenario sweep of the same knob; :mod:`parplan.api.variants`), identical variants are evaluated
 once, every variant is evaluated (optionally in worker processes, :mod:`parplan.api.parallel`) and
 ranked with speed-ups against the baseline (:mod:`parplan.api.ranking`): the caller's, else the
-scenario's ``baseline``, else the first local plan. The result is a :class:`Comparison`.
+scenario's ``baseline``, else the first local plan, else the first plan evaluated. The result is
+a :class:`Comparison`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parplan.api.evaluate import select_plans
-from parplan.api.knobs import Sweep, applies, parse_sweep
+from parplan.api.knobs import OptionValueError, Sweep, applies, parse_sweep
 from parplan.api.parallel import evaluate_variants
 from parplan.api.ranking import Ranked, rank, resolve_baseline
 from parplan.api.variants import Variant, dedupe_variants, expand_variants, merge_sweeps, scaling_key
 from parplan.api.variants import sweeps_from_scenario as scenario_sweeps
+from parplan.errors import ConfigError, Issue
 
 if TYPE_CHECKING:
     from parplan.config.scenario import ScenarioSpec
@@ -32,7 +35,8 @@ class Comparison:
 
     ``ranked`` is empty when no variant could be evaluated (``failed`` says why for each);
     ``duplicates`` maps each variant not evaluated to the identical one that was; ``baseline`` is
-    the variant the speed-ups are against (None: no speed-ups).
+    the variant the speed-ups are against (None only when nothing was evaluated) and
+    ``baseline_rule`` how it was chosen (a key of :data:`~parplan.api.ranking.BASELINE_RULES`).
     """
 
     scenario: ScenarioSpec
@@ -43,6 +47,7 @@ class Comparison:
     ranked: list[Ranked]
     failed: list[tuple[str, str]]
     baseline: str | None
+    baseline_rule: str | None = None
 
     def scaling_points(self) -> list[tuple[str, int | None, float, bool]]:
         """Each ranked variant on a step-time-against-replicas plot: ``(series, replicas,
@@ -73,18 +78,35 @@ def compare_scenario(
     finishes; sweeps that change no plan and a baseline that could not be evaluated are reported to
     ``warn``. Raises :class:`~parplan.errors.ParplanError` for a bad file, sweep, plan or baseline.
     """
-    from parplan.config.loader import load_scenario
+    from parplan.api.kinds import load_expected
 
     requested = [parse_sweep(s) for s in sweeps]
-    spec = load_scenario(scenario_file)
+    spec: ScenarioSpec = load_expected(scenario_file, "scenario", command="parplan compare-strategies")
     chosen = select_plans(spec, list(plans))
-    merged = merge_sweeps(scenario_sweeps(spec), requested)
+    with _from_file(scenario_file, "sweeps"):
+        merged = merge_sweeps(scenario_sweeps(spec), requested)
     for s in merged:
         if warn is not None and not any(applies(s.knob, p) for p in chosen):
             warn(f"sweep {s.knob} changes none of the plans compared")
     variants, duplicates = dedupe_variants(expand_variants(chosen, merged))
-    base_request = resolve_baseline(baseline if baseline is not None else spec.baseline, variants, duplicates)
+    if baseline is not None:
+        base_request = resolve_baseline(baseline, variants, duplicates)
+    else:
+        with _from_file(scenario_file, "baseline"):
+            base_request = resolve_baseline(spec.baseline, variants, duplicates)
     workers = jobs if jobs > 0 else (os.cpu_count() or 1)
     results = evaluate_variants(spec, variants, jobs=workers, progress=progress)
-    ranked, failed, base_name = rank(variants, results, base_request, warn)
-    return Comparison(spec, str(scenario_file), merged, variants, duplicates, ranked, failed, base_name)
+    ranked, failed, base_name, rule = rank(
+        variants, results, base_request, warn, from_scenario=baseline is None and base_request is not None
+    )
+    return Comparison(spec, str(scenario_file), merged, variants, duplicates, ranked, failed, base_name, rule)
+
+
+@contextmanager
+def _from_file(scenario_file: str | Path, field: str) -> Iterator[None]:
+    """A bad value read from the scenario file (its sweeps, its baseline) is the file's error
+    (exit code 1), not a usage error: re-raise it as a ConfigError naming the file."""
+    try:
+        yield
+    except OptionValueError as exc:
+        raise ConfigError(Issue(str(scenario_file), field, str(exc))) from None

@@ -15,10 +15,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from parplan.api.describe import describe_strategy
-from parplan.api.knobs import apply_overrides
+from parplan.api.knobs import OptionValueError, apply_overrides
 from parplan.api.results import PlanResult, bottleneck_text
 from parplan.api.timeline import bubble_fraction, summarize_collectives, time_split
-from parplan.errors import ParplanError
 from parplan.plan.base import PlanContext, PlanWork
 from parplan.plan.memory import infeasible_message
 
@@ -75,13 +74,14 @@ def evaluate_scenario(scenario: ScenarioSpec, *, overrides: dict[str, Any] | Non
 
 
 def select_plans(scenario: ScenarioSpec, names: list[str]) -> list[PlanSpec]:
-    """The scenario's plans, or those named (in the order named); an unknown name is an error."""
+    """The scenario's plans, or those named (in the order named); an unknown name is a usage
+    error (:class:`~parplan.api.knobs.OptionValueError`: the names come from ``--plan``)."""
     if not names:
         return list(scenario.plans)
     by_name = {p.name: p for p in scenario.plans}
     unknown = [n for n in names if n not in by_name]
     if unknown:
-        raise ParplanError(
+        raise OptionValueError(
             f"unknown plan {', '.join(repr(n) for n in unknown)}; the scenario's plans: {', '.join(by_name)}"
         )
     return [by_name[n] for n in dict.fromkeys(names)]

@@ -4,7 +4,8 @@ values are read, and how they are applied to a strategy.
 ``simulate`` overrides them (``--algorithm``, ``--set rounds=20``), ``compare-strategies`` sweeps
 them (``--sweep num_replicas=2,4``) and the evaluator applies them; one table (:data:`KNOBS`)
 serves all three, so a knob added here is accepted everywhere. Values are checked when read
-(:func:`parse_value`): counts become ints, ``overlap`` a bool; algorithms, sizes and choices are
+(:func:`parse_value`; a bad one is an :class:`OptionValueError`, a usage error): counts become
+ints, ``overlap`` a bool; algorithms, sizes and choices are
 checked and kept as written (``tree:4``, ``25MiB``), so variant names read like the command line.
 :func:`apply_overrides` writes them into a copy of a strategy and validates it again.
 """
@@ -15,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from parplan.errors import ConfigError, Issue, ParplanError, PlanError
+from parplan.errors import ConfigError, Issue, PlanError, UsageError
 from parplan.pipeline import schedule_names
 
 if TYPE_CHECKING:
@@ -38,6 +39,21 @@ KNOBS: dict[str, tuple[str, ...]] = {
 }
 """Knob -> strategy kinds it applies to (``microbatches`` and ``schedule`` reach a data-parallel
 plan only through its model-parallel replica)."""
+
+
+def knobs_by_kind(skip: Sequence[str] = ()) -> str:
+    """The knobs grouped by the strategy kind they belong to, for help texts (``skip``: those
+    with an option of their own).
+
+    >>> knobs_by_kind(skip=["algorithm", "num_replicas", "bucket_size", "overlap"])[:40]
+    'batch_split, reduce (data_parallel); mic'
+    """
+    groups: dict[str, list[str]] = {}
+    for knob, kinds in KNOBS.items():
+        if knob not in skip:
+            groups.setdefault(kinds[0], []).append(knob)
+    return "; ".join(f"{', '.join(names)} ({kind})" for kind, names in groups.items())
+
 
 INTEGER_KNOBS = frozenset(
     {"num_replicas", "microbatches", "num_clients", "rounds", "local_steps", "population_size", "generations"}
@@ -65,6 +81,17 @@ class Sweep:
     values: tuple[Any, ...]
 
 
+class OptionValueError(UsageError, PlanError):
+    """A knob, sweep, plan or baseline given on the command line that cannot be used: a usage
+    error (exit code 2), and a :class:`PlanError` for callers that catch those. A message that
+    starts with an option (``--bucket-size: ...``) names it."""
+
+    def __init__(self, message: str, option: str | None = None) -> None:
+        if option is None and message.startswith("--"):
+            option = message.split(":", 1)[0]  # "--bucket-size", "--set rounds"
+        super().__init__(message, option)
+
+
 # -- reading values -----------------------------------------------------------------------------
 def parse_value(knob: str, text: str, where: str | None = None) -> Any:
     """Check and convert one value of ``knob`` (``where`` names it in errors, e.g. ``--algorithm``).
@@ -78,18 +105,18 @@ def parse_value(knob: str, text: str, where: str | None = None) -> Any:
         try:
             value = int(text)
         except ValueError:
-            raise PlanError(f"{where}: {text!r} is not an integer") from None
+            raise OptionValueError(f"{where}: {text!r} is not an integer") from None
         if value < 1:
-            raise PlanError(f"{where}: {value} must be >= 1")
+            raise OptionValueError(f"{where}: {value} must be >= 1")
         return value
     if knob == "overlap":
         lowered = text.lower()
         if lowered not in _TRUE | _FALSE:
-            raise PlanError(f"{where}: {text!r} is not a boolean (true/false, on/off, yes/no)")
+            raise OptionValueError(f"{where}: {text!r} is not a boolean (true/false, on/off, yes/no)")
         return lowered in _TRUE
     if knob in CHOICES:
         if text not in CHOICES[knob]:
-            raise PlanError(f"{where}: {text!r} is not one of {', '.join(CHOICES[knob])}")
+            raise OptionValueError(f"{where}: {text!r} is not one of {', '.join(CHOICES[knob])}")
         return text
     if knob == "bucket_size":
         _check_size(text, where)
@@ -104,28 +131,50 @@ def _check_size(text: str, where: str) -> None:
     try:
         size_bytes = parse_bytes(text)
     except ValueError as exc:
-        raise PlanError(f"{where}: {exc}") from None
+        raise OptionValueError(f"{where}: {exc}") from None
     if size_bytes <= 0:
-        raise PlanError(f"{where}: {text!r} must be more than 0 bytes")
+        raise OptionValueError(f"{where}: {text!r} must be more than 0 bytes")
 
 
 def _check_algorithm(text: str, where: str) -> None:
-    from parplan.config.algorithms import parse_algorithm
+    problem = algorithm_problem(text)
+    if problem is not None:
+        raise OptionValueError(f"{where}: {text!r}: {problem}")
+
+
+def algorithm_problem(text: str) -> str | None:
+    """Why ``text`` is not an all-reduce algorithm, in the words a file's error would use, or
+    None when it is one; never pydantic's own dump.
+
+    >>> algorithm_problem("tree:1"), algorithm_problem("ring")
+    ('arity: must be >= 2, got 1', None)
+    """
+    from parplan.collectives.registry import expand_short_form
+    from parplan.collectives.specs import AlgorithmSpec, parse_algorithm
+    from parplan.config.issues import translate
 
     try:
         parse_algorithm(text)
-    except ValueError as exc:  # pydantic ValidationError is a ValueError
-        errors = exc.errors() if hasattr(exc, "errors") else []
-        first = str(errors[0]["msg"]) if errors else str(exc)
-        loc = ".".join(str(x) for x in errors[0]["loc"][1:]) if errors else ""
-        detail = first.removeprefix("Value error, ")
-        if loc and not detail.startswith("unknown"):
-            detail = f"{loc}: {detail}"
-        raise PlanError(f"{where}: {text!r}: {detail}") from None
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        errors = getattr(exc, "errors", None)
+        if not callable(errors):
+            return str(exc).removeprefix(f"{text!r}: ")
+        try:
+            data: Any = expand_short_form(text)
+        except ValueError:
+            data = text
+        issues = translate(exc, AlgorithmSpec, data, None)  # type: ignore[arg-type]
+        if not issues:
+            return "not a valid algorithm"
+        first = issues[0]
+        message = first.message.removeprefix(f"{text!r}: ")
+        return f"{first.field}: {message}" if first.field else message
+    return None
 
 
-def parse_sweep(text: str) -> Sweep:
-    """Read ``knob=v1,v2,...``; an unknown knob is a :class:`PlanError` listing the known ones.
+def parse_sweep(text: str, where: str = "--sweep") -> Sweep:
+    """Read ``knob=v1,v2,...`` (``where`` names it in errors); an unknown knob is an
+    :class:`OptionValueError` listing the known ones.
 
     >>> parse_sweep("num_replicas=2,4")
     Sweep(knob='num_replicas', values=(2, 4))
@@ -133,11 +182,11 @@ def parse_sweep(text: str) -> Sweep:
     knob, sep, values = text.partition("=")
     knob = knob.strip()
     if not sep or not values.strip():
-        raise PlanError(f"sweep {text!r}: expected knob=value1,value2,...")
+        raise OptionValueError(f"{where} {text!r}: expected knob=value1,value2,...")
     if knob not in KNOBS:
-        raise PlanError(f"unknown sweep knob {knob!r}; valid: {', '.join(KNOBS)}")
+        raise OptionValueError(f"{where}: unknown sweep knob {knob!r}; valid: {', '.join(KNOBS)}")
     items = [v.strip() for v in values.split(",") if v.strip()]
-    return Sweep(knob, tuple(dict.fromkeys(parse_value(knob, v) for v in items)))
+    return Sweep(knob, tuple(dict.fromkeys(parse_value(knob, v, f"{where} {knob}") for v in items)))
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
@@ -149,9 +198,9 @@ def parse_setting(text: str) -> tuple[str, Any]:
     knob, sep, value = text.partition("=")
     knob = knob.strip()
     if not sep or not value.strip():
-        raise PlanError(f"--set {text!r}: expected knob=value")
+        raise OptionValueError(f"--set {text!r}: expected knob=value")
     if knob not in KNOBS:
-        raise PlanError(f"--set: unknown knob {knob!r}; valid: {', '.join(KNOBS)}")
+        raise OptionValueError(f"--set: unknown knob {knob!r}; valid: {', '.join(KNOBS)}")
     return knob, parse_value(knob, value, where=f"--set {knob}")
 
 
@@ -181,7 +230,7 @@ class KnobOptions:
             knob, value = parse_setting(text)
             if knob in out:
                 option = self.options[knob][0] if knob in self.options else "--set"
-                raise ParplanError(f"--set {knob} given twice (or together with {option})")
+                raise OptionValueError(f"--set {knob} given twice (or together with {option})")
             out[knob] = value
         return out
 
@@ -232,10 +281,12 @@ def apply_overrides(strategy: Any, overrides: dict[str, Any]) -> Any:
         return strategy
     try:
         return type(strategy).model_validate(data)
-    except ValidationError as exc:
+    except ValidationError as exc:  # worded as a file's errors are, never pydantic's own text
+        from parplan.config.issues import translate
+
         issues = [
-            Issue(path="overrides", field=".".join(str(x) for x in e["loc"]), message=str(e["msg"]))
-            for e in exc.errors()
+            Issue(path="overrides", field=i.field, message=i.message)
+            for i in translate(exc, type(strategy), data, None)
         ]
         raise ConfigError(issues) from None
 

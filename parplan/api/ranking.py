@@ -5,7 +5,8 @@ Ranking is by step time per sample processed (so steps, federated rounds and PBT
 comparable); plans that do not fit in memory come after every plan that does and are never on the
 Pareto front, which is taken over (time per sample, peak memory) among feasible plans. The baseline
 is a variant or plan name (a plan stands for its variant as configured), else the first ``local``
-plan; a baseline that could not be evaluated leaves the speed-ups empty.
+plan, else (or when the baseline could not be evaluated) the first plan evaluated: speed-ups are
+always against a named plan, and :data:`BASELINE_RULES` says how it was chosen.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from parplan.api.knobs import OptionValueError
 from parplan.api.variants import Variant, as_configured
-from parplan.errors import ParplanError, PlanError
+from parplan.errors import PlanError
 
 if TYPE_CHECKING:
     from parplan.api.results import PlanResult
@@ -111,7 +113,16 @@ def resolve_baseline(
     if plan_variant is not None:
         return plan_variant.name
     names = ", ".join(v.name for v in variants)
-    raise ParplanError(f"baseline {requested!r} is not a plan or variant compared; choose from: {names}")
+    raise OptionValueError(f"baseline {requested!r} is not a plan or variant compared; choose from: {names}")
+
+
+BASELINE_RULES: dict[str, str] = {
+    "requested": "--baseline",
+    "scenario": "the scenario's baseline",
+    "first_local": "the first local plan",
+    "first": "the first plan",
+}
+"""How the baseline was chosen (the ``baseline_rule`` of the JSON) -> how the caption says it."""
 
 
 def rank(
@@ -119,24 +130,37 @@ def rank(
     results: Sequence[PlanResult | str],
     requested: str | None,
     warn: Callable[[str], None] | None = None,
-) -> tuple[list[Ranked], list[tuple[str, str]], str | None]:
-    """Rank the results; returns the ranking, the failed variants and the baseline variant used.
+    *,
+    from_scenario: bool = False,
+) -> tuple[list[Ranked], list[tuple[str, str]], str | None, str | None]:
+    """Rank the results; returns the ranking, the failed variants, the baseline variant used and
+    the rule that chose it (a key of :data:`BASELINE_RULES`).
 
     The baseline is the variant named ``requested`` (a name from :func:`resolve_baseline`; a plan
-    name stands for that plan's first variant); without a request, the first local plan. A
-    baseline that could not be evaluated leaves the speed-ups empty and is reported to ``warn``.
+    name stands for that plan's first variant; ``from_scenario``: the scenario file named it);
+    without a request, the first local plan; without one, or when the baseline could not be
+    evaluated (reported to ``warn``), the first plan evaluated, so speed-ups are always against
+    something named. Only when nothing was evaluated is there no baseline.
     """
     evaluated = {v.name: r for v, r in zip(variants, results, strict=True) if not isinstance(r, str)}
     chosen: str | None = None
+    rule: str | None = None
     if requested is not None:
         exact = [v for v in variants if v.name == requested]
         chosen = (exact or [v for v in variants if v.plan.name == requested])[0].name
+        rule = "scenario" if from_scenario else "requested"
     else:
         chosen = next((n for n, r in evaluated.items() if r.strategy_kind == "local"), None)
-    usable = chosen if chosen in evaluated else None
-    ranked, failed = rank_results(variants, results, baseline=usable)
-    if usable is None:
+        rule = "first_local" if chosen is not None else None
+    if chosen not in evaluated:
+        fallback = next(iter(evaluated), None)
         if chosen is not None and warn is not None:
-            warn(f"baseline {chosen} could not be evaluated; no speed-ups shown")
+            instead = "no speed-ups shown"
+            if fallback is not None:
+                instead = f"speed-ups are against {fallback} (the first plan) instead"
+            warn(f"baseline {chosen} could not be evaluated; {instead}")
+        chosen, rule = fallback, ("first" if fallback is not None else None)
+    ranked, failed = rank_results(variants, results, baseline=chosen)
+    if chosen is None:
         ranked = [replace(r, speedup=None) for r in ranked]
-    return ranked, failed, usable
+    return ranked, failed, chosen, rule

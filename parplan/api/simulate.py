@@ -61,9 +61,9 @@ def simulate_scenario(
     plans is reported to ``warn`` before the simulation starts. Raises
     :class:`~parplan.errors.ParplanError` for a bad file, an unknown plan or a bad knob value.
     """
-    from parplan.config.loader import load_scenario
+    from parplan.api.kinds import load_expected
 
-    spec = load_scenario(scenario_file)
+    spec: ScenarioSpec = load_expected(scenario_file, "scenario", command="parplan simulate")
     chosen = select_plans(spec, list(plans))
     knobs = knobs or KnobOptions()
     overrides = knobs.overrides()

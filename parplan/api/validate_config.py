@@ -20,9 +20,10 @@ from pathlib import Path
 
 from parplan.api.checks import check_spec
 from parplan.api.evaluate import build_context
+from parplan.api.kinds import detected_kind
 from parplan.config.issues import make_issue
-from parplan.config.loader import detect_kind, load_file
-from parplan.config.readers import FORMATS, read_file
+from parplan.config.loader import load_file
+from parplan.config.readers import FORMATS
 from parplan.errors import ConfigError, Issue, ParplanError
 from parplan.plan.memory import infeasible_message
 from parplan.plan.strategies import expand
@@ -85,12 +86,17 @@ def validate_file(path: str | Path, kind: str | None = None) -> FileReport:
     try:
         loaded = load_file(path, kind)
     except ConfigError as exc:
-        if kind is None:
-            try:
-                kind = detect_kind(read_file(path)[0], str(path))
-            except ConfigError:
-                kind = None
-        return FileReport(str(path), kind, tuple(exc.issues))
+        found = detected_kind(path)
+        if kind is not None and found is not None and found != kind:
+            # --kind overrode the detection: say so first, then what reading it as `kind` found
+            hint = Issue(
+                str(path),
+                "",
+                f"is a {found} file, read as a {kind} because of --kind"
+                f" (drop --kind to check it as a {found})",
+            )
+            return FileReport(str(path), kind, (hint, *exc.issues))
+        return FileReport(str(path), kind if kind is not None else found, tuple(exc.issues))
     issues = check_spec(loaded.kind, loaded.spec, loaded.source)
     return FileReport(str(path), loaded.kind, tuple(issues))
 

@@ -124,7 +124,7 @@ def as_configured(plan_name: str, variants: Sequence[Variant]) -> Variant | None
 
 def sweeps_from_scenario(scenario: ScenarioSpec) -> list[Sweep]:
     """The sweeps a scenario file declares, parsed like command-line ones."""
-    return [parse_sweep(f"{s.knob}={','.join(str(v) for v in s.values)}") for s in scenario.sweeps]
+    return [parse_sweep(f"{s.knob}={','.join(str(v) for v in s.values)}", "sweeps") for s in scenario.sweeps]
 
 
 def merge_sweeps(first: Iterable[Sweep], second: Iterable[Sweep]) -> list[Sweep]:

@@ -2,15 +2,17 @@
 
     parplan validate                                  # the whole set in validation/manifest.toml
     parplan validate --table h100x4-nvswitch-algo-ring --table rtx2080ti-x2-pcie-nop2p-autodl
-    parplan validate --json report.json               # also the JSON document ('-': stdout only)
+    parplan validate --json out/validate.json         # also the JSON document ('-': stdout only)
+    parplan validate --csv -                          # one CSV row per table and size, on stdout
 
 Prints measured beside predicted per size for every table, a summary per system and overall
 (median and max |error|, all sizes and per size band) and the thresholds kept in the manifest with
 issue 13's targets beside them. Progress goes to stderr (not with ``--quiet``).
 
-Exit codes: 0 when every figure is within its threshold, 1 when one is above it (a red line names
-the threshold) or the input is bad (manifest, cluster file or table, with file:line), 2 for usage
-errors.
+Exit codes: 0 when every figure is within its threshold, 1 when one is above it (a red line on
+stderr names the threshold) or the input is bad (manifest, cluster file or table, with
+file:line), 2 for usage errors (an unknown table, an output that cannot be written: checked
+before anything runs).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Annotated
 
 import typer
 
-from parplan.cli.common import EXIT_INVALID, STATE, console
+from parplan.cli.common import EXIT_INVALID, STATE, console, show
 
 DEFAULT_MANIFEST = "validation/manifest.toml"
 """Kept equal to :data:`parplan.api.accuracy.DEFAULT_MANIFEST` (a test checks); not imported from
@@ -40,24 +42,34 @@ def validate(
         str | None,
         typer.Option("--json", metavar="FILE|-", help="Write the results as JSON ('-': stdout)."),
     ] = None,
+    csv_path: Annotated[
+        str | None,
+        typer.Option("--csv", metavar="FILE|-", help="Write one CSV row per table and size ('-': stdout)."),
+    ] = None,
 ) -> None:
     """Compare predicted all-reduce times with published nccl-tests tables; fail above thresholds."""
+    from parplan.cli.outputs import check_outputs, emit, stdout_taken
+
+    outputs = {"--json": json_path, "--csv": csv_path}
+    check_outputs(outputs, inputs=[manifest])
+
     from rich.text import Text
 
     from parplan.api.accuracy import run_validation
-    from parplan.report.accuracy import failure_messages, validation_document, validation_view
+    from parplan.report.accuracy import failure_messages, validation_csv, validation_document, validation_view
 
     def progress(message: str) -> None:
         console(stderr=True).print(message, style="dim")
 
     report = run_validation(manifest, tables=table, progress=None if STATE.quiet else progress)
+    if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
+        show(validation_view(report))
     if json_path is not None:
-        from parplan.cli.outputs import emit
         from parplan.report.json_report import dumps
 
         emit(json_path, dumps(validation_document(report)), "JSON")
-    if json_path != "-":
-        console().print(validation_view(report))
+    if csv_path is not None:
+        emit(csv_path, validation_csv(report), "CSV")
     if not report.passed:
         err = console(stderr=True)
         for line in failure_messages(report):

@@ -3,8 +3,10 @@
 Adding a command is one line at the bottom of this file: ``register(module.function, "name")``.
 The function is a plain typer command (typed with ``Annotated``, docstring = help text) that
 raises :class:`~parplan.errors.ParplanError` for user mistakes; :func:`register` wraps it so such
-errors print as red messages with exit code 1 (:mod:`parplan.cli.common`). Exit codes: 0 success,
-1 invalid input or infeasible request, 2 usage error, 3 a bug in parplan.
+errors print as red messages with exit code 1, or as usage errors with exit code 2 for a
+:class:`~parplan.errors.UsageError` (:mod:`parplan.cli.common`), and gives its ``--help`` the exit
+codes as an epilog: 0 done, 1 invalid input files or an infeasible request, 2 usage error (a bad
+option or argument value included), 3 a bug in parplan, 130 interrupted.
 
 Nothing heavy is imported here or in the command modules at import time, so ``parplan --help``
 answers without loading numpy, networkx or pydantic.
@@ -20,7 +22,7 @@ import typer
 
 from parplan import __version__
 from parplan.cli import accuracy, collective, compare, simulate, validate
-from parplan.cli.common import STATE, guarded
+from parplan.cli.common import EXIT_CODES_HELP, STATE, guarded
 
 app = typer.Typer(
     name="parplan",
@@ -56,7 +58,9 @@ def _global_options(
 
 
 def register(func: Callable[..., Any], name: str, **options: Any) -> None:
-    """Add a command to the app, with parplan's error handling around it."""
+    """Add a command to the app, with parplan's error handling around it and the exit codes in
+    its help."""
+    options.setdefault("epilog", EXIT_CODES_HELP)
     app.command(name, **options)(guarded(func))
 
 

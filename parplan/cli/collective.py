@@ -13,11 +13,14 @@ Prints a row per size with the size, the element count, the time (us) and nccl-t
 busbw (GB/s). ``--algorithm all`` (or a comma list) compares algorithms side by side and marks the
 fastest per size. By default every transfer is simulated with link sharing on; ``--analytic``
 uses the closed forms on the placement's bottleneck path (the note above the table says which
-path). ``--json`` prints ``{"results": [...]}`` instead of the table; ``--trace FILE`` writes a
-Chrome trace of the largest size (one file per algorithm when several: ``FILE.<algorithm>.json``).
+path). Outputs, as in every command: ``--json FILE|-`` (``{"results": [...], ...}``),
+``--csv FILE|-`` (one row per algorithm and size) and ``--trace FILE`` (a Chrome trace of the
+largest size, one file per algorithm when several: ``FILE.<algorithm>.json``); when ``-`` sends
+JSON or CSV to stdout the table is not printed.
 
-Exit codes: 0 on success, 1 for invalid input (bad cluster file, unknown device or algorithm,
-more ranks than devices), 2 for usage errors.
+Exit codes: 0 on success; 1 for an invalid cluster file or a request it cannot meet (more ranks
+than devices); 2 for usage errors: a bad size, algorithm, device name or output path (checked
+before anything runs).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from parplan.cli.common import STATE, console
+from parplan.cli.common import STATE, show
+from parplan.cli.outputs import check_outputs, emit, per_plan_paths, stdout_taken, warn, write_file, wrote
 
 if TYPE_CHECKING:
     from parplan.api.collective import CollectiveTrace
@@ -97,18 +101,31 @@ def collective(
     analytic: Annotated[
         bool, typer.Option("--analytic", help="Closed forms on the bottleneck path instead of simulating.")
     ] = False,
-    json: Annotated[
-        bool, typer.Option("--json", help='Print {"results": [...]} instead of the table.')
-    ] = False,
+    json_path: Annotated[
+        str | None,
+        typer.Option("--json", metavar="FILE|-", help="Write the results as JSON ('-': stdout)."),
+    ] = None,
+    csv_path: Annotated[
+        str | None,
+        typer.Option(
+            "--csv", metavar="FILE|-", help="Write one CSV row per algorithm and size ('-': stdout)."
+        ),
+    ] = None,
     trace: Annotated[
-        Path | None,
-        typer.Option("--trace", help="Write a Chrome trace of the largest size.", show_default=False),
+        str | None,
+        typer.Option(
+            "--trace",
+            metavar="FILE",
+            help="Write a Chrome trace of the largest size; several algorithms: FILE.<algorithm>.json.",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
     """Time one collective on a cluster: the simulated counterpart of nccl-tests' *_perf."""
+    outputs = {"--json": json_path, "--csv": csv_path, "--trace": trace}
+    check_outputs(outputs, files_only=("--trace",), inputs=[cluster])
+
     from parplan.api.collective import ELEMENT_BYTES, run_collective
-    from parplan.config.units import parse_bytes
-    from parplan.report.collective import collective_json, print_collective_table
 
     if dtype not in ELEMENT_BYTES:
         raise typer.BadParameter(
@@ -119,14 +136,7 @@ def collective(
     if devices is not None and ranks is not None and ranks != len(devices.split(",")):
         raise typer.BadParameter("--ranks and --devices disagree; give one", param_hint="--ranks")
 
-    def size_of(text: str | None, option: str) -> float | None:
-        if text is None:
-            return None
-        try:
-            return parse_bytes(text)
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint=option) from None
-
+    element_bytes = ELEMENT_BYTES[dtype]
     sweep = min_bytes is not None or max_bytes is not None
     result = run_collective(
         cluster,
@@ -134,33 +144,64 @@ def collective(
         collective=collective_name,
         ranks=ranks,
         devices=[d.strip() for d in devices.split(",") if d.strip()] if devices is not None else None,
-        size_bytes=size_of(size if size is not None or sweep else DEFAULT_SIZE, "--size"),
-        min_bytes=size_of(min_bytes, "-b"),
-        max_bytes=size_of(max_bytes, "-e"),
+        size_bytes=_size(size if size is not None or sweep else DEFAULT_SIZE, "--size", dtype, element_bytes),
+        min_bytes=_size(min_bytes, "-b", dtype, element_bytes),
+        max_bytes=_size(max_bytes, "-e", dtype, element_bytes),
         step_factor=step_factor,
-        element_bytes=ELEMENT_BYTES[dtype],
+        element_bytes=element_bytes,
         analytic=analytic,
         trace=trace is not None,
         protocol=protocol,
     )
-    written = _write_traces(result.traces, trace) if trace is not None else []
-    if json:
-        typer.echo(collective_json(result))
-    else:
-        print_collective_table(console(), result, dtype, note=not STATE.quiet)
-    if not STATE.quiet:
-        from parplan.cli.outputs import wrote
+    if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
+        from parplan.report.collective import collective_view
 
-        for path in written:
+        show(collective_view(result, dtype, note=not STATE.quiet))
+    if json_path is not None:
+        from parplan.report.collective import collective_document
+        from parplan.report.json_report import dumps
+
+        emit(json_path, dumps(collective_document(result)), "JSON")
+    if csv_path is not None:
+        from parplan.report.collective import collective_csv
+
+        emit(csv_path, collective_csv(result), "CSV")
+    if trace is not None:
+        for path in _write_traces(result.traces, trace):
             wrote("trace", path)
 
 
-def _write_traces(traces: Sequence[CollectiveTrace], trace: Path) -> list[str]:
+def _size(text: str | None, option: str, dtype: str, element_bytes: int) -> int | None:
+    """A size option in whole bytes; malformed or fractional is a usage error, and a size that
+    is not a whole number of elements is timed rounded down (at least one element), with a warning."""
+    if text is None:
+        return None
+    from parplan.config.units import human_bytes, parse_bytes
+
+    try:
+        value = parse_bytes(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=option) from None
+    if value <= 0:
+        raise typer.BadParameter(f"{text!r}: a size must be more than 0 bytes", param_hint=option)
+    if value != int(value):
+        raise typer.BadParameter(f"{text!r} is not a whole number of bytes", param_hint=option)
+    size_bytes = int(value)
+    if size_bytes % element_bytes:
+        timed = max(1, size_bytes // element_bytes) * element_bytes
+        warn(
+            f"{option} {text}: not a whole number of {dtype} elements ({element_bytes} B each);"
+            f" {human_bytes(timed, precision='short')} is timed"
+            + (" and so are the sweep's other sizes, rounded down" if option != "--size" else "")
+        )
+    return size_bytes
+
+
+def _write_traces(traces: Sequence[CollectiveTrace], trace: str) -> list[str]:
     """One Chrome trace per algorithm (``FILE.<algorithm>.json`` when several); the paths written."""
-    from parplan.cli.outputs import per_plan_paths, write_file
     from parplan.report.collective import write_collective_trace
 
-    paths = per_plan_paths(str(trace), [t.algorithm for t in traces])
+    paths = per_plan_paths(trace, [t.algorithm for t in traces])
     for item, path in zip(traces, paths, strict=True):
         write_file(path, functools.partial(write_collective_trace, item))
     return paths

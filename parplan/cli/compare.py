@@ -4,16 +4,18 @@ Plans are crossed with the sweeps of the scenario file and of ``--sweep knob=v1,
 command line replaces a scenario sweep of the same knob; a sweep applies to the plans whose
 strategy has the knob), evaluated, and ranked by step time per sample processed (so steps,
 federated rounds and PBT generations compare fairly) with the speed-up against the baseline
-(``--baseline``, else the scenario's ``baseline``, else the first local plan). Plans that do not
-fit in memory are ranked last and marked with the reason; the plans on the time/memory Pareto
-front are marked. ``--jobs N`` spreads the variants over N processes (the ranking is the same as
-with one); a progress bar shows on stderr when a terminal is attached and the work takes more
-than a moment. ``--top N`` limits the table; ``--json`` and ``--csv`` always hold every variant.
+(``--baseline``, else the scenario's ``baseline``, else the first local plan, else the first plan;
+the legend and the JSON's ``baseline_rule`` say which). Plans that do not fit in memory are ranked
+last and marked with the reason; the plans on the time/memory Pareto front are marked.
+``--jobs N`` spreads the variants over N processes (the ranking is the same as with one); a
+progress bar shows on stderr when a terminal is attached and the work takes more than a moment.
+``--top N`` limits the table; ``--json`` and ``--csv`` always hold every variant.
 ``--plot FILE`` draws step time against replicas, one line per all-reduce algorithm.
 
 Exit codes: 0 when at least one plan was evaluated (variants that cannot be built, e.g. more
-replicas than devices, are listed with the reason); 1 for invalid input (bad file, bad sweep,
-unknown baseline) or when no plan could be evaluated; 2 for usage errors.
+replicas than devices, are listed with the reason); 1 for an invalid file or when no plan could
+be evaluated; 2 for usage errors, checked before anything is evaluated: a bad sweep, an unknown
+plan or baseline, an output that cannot be written.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from parplan.cli.common import STATE, console
+from parplan.api.knobs import KNOBS
+from parplan.cli.common import STATE, console, show
 from parplan.cli.outputs import check_outputs, emit_document, stdout_taken, warn, write_file, wrote
 
 if TYPE_CHECKING:
@@ -50,9 +53,7 @@ def compare_strategies(
             "--sweep",
             "-s",
             metavar="KNOB=V1,V2",
-            help="Try each value of a knob (repeat for a grid): algorithm, num_replicas, bucket_size, "
-            "overlap, batch_split, reduce, microbatches, schedule, num_clients, rounds, local_steps, "
-            "population_size, generations.",
+            help=f"Try each value of a knob (repeat for a grid): {', '.join(KNOBS)}.",
         ),
     ] = None,
     baseline: Annotated[
@@ -90,11 +91,10 @@ def compare_strategies(
     """Rank every plan and sweep variant of a scenario by time per sample.
 
     Shows the speed-up against the baseline, marks plans that do not fit in memory with the
-    reason and the plans on the time/memory Pareto front. Exit code 0: at least one plan was
-    evaluated; 1: invalid input or nothing could be evaluated; 2: usage error.
+    reason and the plans on the time/memory Pareto front.
     """
     outputs = {"--json": json_path, "--csv": csv_path, "--plot": plot_path}
-    check_outputs(outputs, files_only=("--plot",), pictures=("--plot",))
+    check_outputs(outputs, files_only=("--plot",), pictures=("--plot",), inputs=[scenario])
 
     from parplan.api.compare import compare_scenario
     from parplan.errors import ParplanError
@@ -124,10 +124,11 @@ def compare_strategies(
             comparison.ranked,
             comparison.failed,
             baseline=comparison.baseline,
+            baseline_rule=comparison.baseline_rule,
             top=top,
             duplicates=len(comparison.duplicates),
         )
-        console().print(view)
+        show(view)
     else:
         for name, error in comparison.failed:
             warn(f"{name} cannot be planned: {error}")
@@ -192,6 +193,7 @@ def write_outputs(comparison: Comparison, outputs: dict[str, str | None]) -> Non
             sweeps=comparison.sweeps,
             baseline=comparison.baseline,
             duplicates=comparison.duplicates,
+            baseline_rule=comparison.baseline_rule,
         )
         emit_document(document, json_path, csv_path)
     if plot_path:

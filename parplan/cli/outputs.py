@@ -1,7 +1,10 @@
 """Where ``simulate``, ``compare-strategies`` and ``schema`` put their results: stdout, files, per-plan files.
 
-- :func:`check_outputs`: ``-`` (stdout) may be used by one machine-readable output only, and
-  picture outputs need matplotlib; both are checked before any simulation runs.
+- :func:`check_outputs`: run before any work, so a long simulation never ends in "cannot write":
+  ``-`` (stdout) may be used by one machine-readable output only; every file must be writable
+  (its directory exists and takes files, it is not a directory, not one of the command's input
+  files, not an option-looking ``-x``); pictures need a format parplan draws (PNG, SVG, PDF) and
+  matplotlib. A bad output is a usage error (exit code 2), a missing matplotlib exit code 1.
 - :func:`emit`: write text to stdout (``-``) or atomically to a file, and say so on stderr unless
   ``--quiet``; a file that cannot be written is a :class:`~parplan.errors.ConfigError` naming it.
 - :func:`write_into`: ``schema --output DIR`` writes one file per kind into a directory.
@@ -27,20 +30,117 @@ STDOUT = "-"
 
 
 def check_outputs(
-    options: dict[str, str | None], *, files_only: Sequence[str] = (), pictures: Sequence[str] = ()
+    options: dict[str, str | None],
+    *,
+    files_only: Sequence[str] = (),
+    pictures: Sequence[str] = (),
+    inputs: Sequence[str | Path] = (),
 ) -> None:
-    """Usage checks on output options (``{"--json": value, ...}``): at most one goes to stdout,
-    ``files_only`` options need a file name, ``pictures`` need matplotlib (an error, exit code 1)."""
+    """Usage checks on output options (``{"--json": value, ...}``) before any work (see the module
+    docstring): ``files_only`` options need a file name, ``pictures`` a picture format and
+    matplotlib; no output may overwrite one of ``inputs``."""
     to_stdout = [name for name, value in options.items() if value == STDOUT]
     if len(to_stdout) > 1:
         raise typer.BadParameter(f"only one output can go to stdout ('-'), not {' and '.join(to_stdout)}")
     for name in files_only:
         if options.get(name) == STDOUT:
-            raise typer.BadParameter(f"{name} needs a file name, not '-'")
+            raise typer.BadParameter(f"{name} needs a file name, not '-'", param_hint=name)
+    for name, value in options.items():
+        if value is not None and value != STDOUT:
+            problem = output_problem(value, inputs)
+            if problem is not None:
+                raise typer.BadParameter(f"{value}: {problem}", param_hint=name)
+    for name in pictures:
+        value = options.get(name)
+        if value is not None:
+            from parplan.errors import ParplanError
+            from parplan.report.plot import plot_format
+
+            try:
+                plot_format(value)
+            except ParplanError as exc:
+                raise typer.BadParameter(str(exc), param_hint=name) from None
     if any(options.get(name) is not None for name in pictures):
         from parplan.report.plot import require_matplotlib
 
         require_matplotlib()
+
+
+def output_problem(path: str | Path, inputs: Sequence[str | Path] = ()) -> str | None:
+    """Why ``path`` cannot take an output file, or None when it can (a usage check, not a promise:
+    the disk may still fill up).
+
+    >>> output_problem("no/such/dir/out.json")
+    'directory no/such/dir does not exist'
+    >>> output_problem("-c")
+    'looks like an option, not a file name (write ./-c for a file named so)'
+    """
+    import os
+
+    text = str(path)
+    if text.startswith("-"):
+        return f"looks like an option, not a file name (write ./{text} for a file named so)"
+    target = Path(path)
+    if target.is_dir():
+        return "is a directory; give a file name"
+    if target.exists() and any(_same_file(target, Path(i)) for i in inputs):
+        return "is one of the command's input files; it would be overwritten"
+    kind = _config_kind(target)
+    if kind is not None:  # e.g. `validate-config --json a.yaml b.yaml`: a.yaml was taken as the output
+        return f"is a parplan {kind} file; an output would overwrite it (give another file name)"
+    parent = target.parent
+    if not parent.exists():
+        return f"directory {parent} does not exist"
+    if not parent.is_dir():
+        return f"{parent} is not a directory"
+    if target.exists() and not target.is_file():
+        return None if os.access(target, os.W_OK) else "cannot be written (permission denied)"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot write into directory {parent} (permission denied)"
+    return None
+
+
+def _config_kind(path: Path) -> str | None:
+    """The kind of parplan input file at ``path`` (cluster, scenario, ...), or None when it is not
+    one: missing, not a config format, unreadable, or a parplan report (``"tool": "parplan ..."``)."""
+    if not path.is_file() or path.suffix.lower() not in (".yaml", ".yml", ".toml", ".json"):
+        return None
+    from parplan.config.loader import detect_kind
+    from parplan.config.readers import read_file
+    from parplan.errors import ParplanError
+
+    try:
+        data = read_file(path)[0]
+        if isinstance(data, dict) and str(data.get("tool", "")).startswith("parplan"):
+            return None
+        return detect_kind(data, str(path))
+    except ParplanError:
+        return None
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return b.exists() and a.samefile(b)
+    except OSError:
+        return False
+
+
+def check_directory(name: str, directory: Path) -> None:
+    """Usage check of an output directory (``schema --output DIR``): it is a directory or can be
+    created (its nearest existing ancestor is a writable directory)."""
+    import os
+
+    if directory.exists():
+        if not directory.is_dir():
+            raise typer.BadParameter(f"{directory} is not a directory", param_hint=name)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise typer.BadParameter(f"cannot write into {directory} (permission denied)", param_hint=name)
+        return
+    ancestor = directory.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise typer.BadParameter(f"cannot create {directory} (in {ancestor})", param_hint=name)
 
 
 def stdout_taken(options: dict[str, str | None]) -> bool:

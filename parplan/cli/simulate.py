@@ -18,10 +18,10 @@ the ``plot`` extra). With several plans, ``--trace`` and ``--plot`` write one fi
 are not printed; with ``--quiet`` they are not printed when any output file is asked for.
 
 Exit codes: 0 when every plan was simulated (plans that do not fit in memory are marked, not
-errors); 1 for invalid input (bad file, unknown plan, bad override value, a plan that cannot be
-built, e.g. more replicas than devices) and for an infeasible request: a plan named with
-``--plan`` that does not fit in memory (the results are still printed and written first);
-2 for usage errors.
+errors); 1 for an invalid file, a plan that cannot be built (e.g. more replicas than devices) and
+an infeasible request: a plan named with ``--plan`` that does not fit in memory (the results are
+still printed and written first); 2 for usage errors, checked before anything is simulated: an
+unknown plan, a bad override value, an output that cannot be written.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 
-from parplan.cli.common import EXIT_INVALID, STATE, console
+from parplan.api.knobs import knobs_by_kind
+from parplan.cli.common import EXIT_INVALID, STATE, console, show
 from parplan.cli.outputs import (
     check_outputs,
     emit_document,
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
     from parplan.api.simulate import Simulation
     from parplan.topology.network import Network
 
+
+OPTION_KNOBS = ("algorithm", "num_replicas", "microbatches", "schedule", "bucket_size", "overlap")
+"""The knobs with an option of their own (the rest take ``--set``)."""
 
 if TYPE_CHECKING:
     Schedule = str
@@ -73,8 +77,8 @@ def simulate(
             "--algorithm",
             "-a",
             metavar="ALGO",
-            help="All-reduce algorithm of data-parallel plans: ring, tree:K, centralized, halving_doubling, "
-            "double_binary_tree, hierarchical.",
+            help="All-reduce algorithm of data-parallel plans, e.g. ring or tree:4 (a bad name lists every"
+            " registered one; 'parplan collective -a all' times them all).",
         ),
     ] = None,
     replicas: Annotated[
@@ -109,8 +113,7 @@ def simulate(
         typer.Option(
             "--set",
             metavar="KNOB=VALUE",
-            help="Any other knob: num_clients, rounds, local_steps (federated); population_size, generations "
-            "(population-based); batch_split, reduce (data-parallel).",
+            help=f"Any other knob: {knobs_by_kind(skip=OPTION_KNOBS)}.",
         ),
     ] = None,
     json_path: Annotated[
@@ -138,17 +141,17 @@ def simulate(
 
     Prints per plan the step time split into compute, exposed communication and idle time,
     throughput, all-reduce algbw/busbw, the busiest link, memory per device against capacity
-    and what bounds the step. Exit code 0: done (plans that do not fit are marked); 1: invalid
-    input, or a plan named with --plan does not fit in memory; 2: usage error.
+    and what bounds the step. Plans that do not fit in memory are marked; one named with --plan
+    that does not fit makes the exit code 1.
     """
     outputs = {"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path}
-    check_outputs(outputs, files_only=("--trace", "--plot"), pictures=("--plot",))
+    check_outputs(outputs, files_only=("--trace", "--plot"), pictures=("--plot",), inputs=[scenario])
 
     from parplan.api.knobs import KnobOptions
     from parplan.api.simulate import simulate_scenario
 
     knobs = KnobOptions(
-        options={
+        options={  # in the order of OPTION_KNOBS
             "algorithm": ("--algorithm", algorithm),
             "num_replicas": ("--replicas", replicas),
             "microbatches": ("--microbatches", microbatches),
@@ -164,7 +167,7 @@ def simulate(
         from parplan.report.tables import simulate_view
 
         spec = run.scenario
-        console().print(simulate_view(spec.name, spec.description, run.results, run.failed))
+        show(simulate_view(spec.name, spec.description, run.results, run.failed))
     write_outputs(run, outputs)
     finish(run.problems())
 

@@ -1,13 +1,15 @@
 """``parplan validate-config`` and ``parplan schema``: check files before anything runs.
 
 ``validate-config FILE...`` loads each file (detecting its kind unless ``--kind`` says it), every
-file it references, and runs every check; it prints ``✓ path (kind)`` per valid file and each
-problem as ``path:line:column field.path: message``. Directories are searched for .yaml, .yml,
-.toml and .json files. Exit code 0 when all files are valid, 1 when any is not, 2 for usage
-errors. ``--json`` prints a report for machines instead (layout:
-:mod:`parplan.report.validate_config`). The work is :func:`parplan.api.validate_config.validate_paths`.
+file it references, and runs every check; it prints ``✓ path (kind)`` per valid file, each
+problem as ``path:line:column field.path: message`` and a summary line, all on stdout (they are
+the results). Directories are searched for .yaml, .yml, .toml and .json files. Exit code 0 when
+all files are valid, 1 when any is not, 2 for usage errors. ``--json FILE|-`` writes a report for
+machines (layout: :mod:`parplan.report.validate_config`; with ``-`` instead of the text). The
+work is :func:`parplan.api.validate_config.validate_paths`.
 
-``schema [KIND] [--output DIR]`` prints (or writes) the JSON Schema of each file kind.
+``schema [KIND] [--output DIR]`` prints (or writes) the JSON Schema of each file kind; the
+directory is checked before anything is written.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Annotated
 import typer
 
 from parplan.cli.common import EXIT_INVALID, STATE, console
-from parplan.cli.outputs import write_into
+from parplan.cli.outputs import check_directory, check_outputs, emit, write_into, wrote
 
 
 class Kind(StrEnum):
@@ -46,30 +48,34 @@ def validate_config(
         Kind | None,
         typer.Option("--kind", "-k", help="Read every file as this kind instead of detecting it."),
     ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON report instead of text.")] = False,
+    json_path: Annotated[
+        str | None,
+        typer.Option("--json", metavar="FILE|-", help="Write a JSON report ('-': stdout, instead of text)."),
+    ] = None,
 ) -> None:
     """Check files and all they reference.
 
-    Prints a check mark per valid file and every problem as path:line:column field: message.
-    Exit code 0: all valid; 1: any invalid; 2: usage error.
+    Prints a check mark per valid file, every problem as path:line:column field: message, and a
+    summary line, on stdout. Exit code 1 when any file is invalid.
 
     The --json report: {"version": 1, "valid": bool, "files": [{"path", "kind", "valid",
     "issues": [{"path", "line", "column", "field", "message", "severity"}]}]}; line and column
     are 1-based (0: unknown); severity is error, warning or info.
     """
+    check_outputs({"--json": json_path}, inputs=files)
+
     from parplan.api.validate_config import validate_paths
     from parplan.report.validate_config import validation_json, validation_lines, validation_summary
 
     reports = validate_paths(files, kind.value if kind is not None else None)
-    if json_output:
-        sys.stdout.write(validation_json(reports))
-    else:
+    if json_path != "-" and not (STATE.quiet and json_path is not None):
         out = console()
         for line in validation_lines(reports, quiet=STATE.quiet):
             out.print(line)
-        summary = validation_summary(reports)
-        if summary is not None and not STATE.quiet:
-            console(stderr=True).print(summary)
+        if not STATE.quiet:
+            out.print(validation_summary(reports))
+    if json_path is not None:
+        emit(json_path, validation_json(reports), "JSON report")
     if not all(r.valid for r in reports):
         raise typer.Exit(EXIT_INVALID)
 
@@ -91,6 +97,9 @@ def schema(
     The schemas are for editors and YAML/JSON language servers: one kind, or all of them as one
     object keyed by kind; --output writes <kind>.schema.json files instead.
     """
+    if output is not None:
+        check_directory("--output", output)
+
     from parplan.api.schema import file_schemas
 
     schemas = file_schemas(kind.value if kind is not None else None)
@@ -98,5 +107,4 @@ def schema(
         sys.stdout.write(schemas.document())
         return
     for target in write_into(output, schemas.files()):
-        if not STATE.quiet:
-            console().print(f"wrote {target}")
+        wrote("schema", str(target))

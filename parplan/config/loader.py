@@ -155,6 +155,8 @@ def detect_kind(data: Any, path: str = "") -> str:
     keys = set(data)
     generator = data.get("generator")
     generator_kind = generator.get("kind") if isinstance(generator, dict) else None
+    if not isinstance(generator_kind, str):  # e.g. `kind: []`: no kind to look up
+        generator_kind = None
     if "plans" in keys:
         return "scenario"
     if "kind" in keys:

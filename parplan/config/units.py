@@ -289,3 +289,45 @@ def human_bytes(
     if unit is not None:
         return f"{sig3(size_bytes / factors[unit])} {unit}"
     return human(size_bytes, BINARY_SIZE_STEPS)
+
+
+TIME_STEPS: tuple[tuple[float, str], ...] = (
+    (3600.0, "h"),
+    (60.0, "min"),
+    (1.0, "s"),
+    (1e-3, "ms"),
+    (1e-6, "us"),
+    (1e-9, "ns"),
+)
+"""Time units for people, largest first (tables and notes; files keep seconds)."""
+
+
+def human_seconds(value_s: float) -> str:
+    """A duration for people, 3 significant digits: ``368 us``, ``448 ms``, ``112 s``, ``18.8 min``
+    (seconds up to ten minutes: ``112 s`` reads better than ``1.87 min``).
+
+    >>> human_seconds(0.000368), human_seconds(112.4), human_seconds(1126.65)
+    ('368 us', '112 s', '18.8 min')
+    """
+    if math.isfinite(value_s) and 60 <= abs(value_s) < 600:
+        return f"{sig3(value_s)} s"
+    return human(value_s, TIME_STEPS)
+
+
+BANDWIDTH_STEPS: tuple[tuple[float, str], ...] = (
+    (1e12, "TB/s"),
+    (1e9, "GB/s"),
+    (1e6, "MB/s"),
+    (1e3, "kB/s"),
+    (1.0, "B/s"),
+)
+"""Bandwidth units for people (decimal bytes per second), largest first."""
+
+
+def human_bandwidth(value_Bps: float) -> str:
+    """A bandwidth for people, 3 significant digits: ``24.9 GB/s``, ``1.00 MB/s``.
+
+    >>> human_bandwidth(25e9), human_bandwidth(1e6)
+    ('25.0 GB/s', '1.00 MB/s')
+    """
+    return human(value_Bps, BANDWIDTH_STEPS)

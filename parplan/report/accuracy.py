@@ -1,7 +1,7 @@
 """What ``parplan validate`` shows: measured beside predicted, and the figures against thresholds.
 
 :func:`validation_view` is a rich renderable: one table per nccl-tests table (size, measured and
-predicted time in microseconds, signed error, the algorithm parplan picked), a summary per system
+predicted time, signed error, the algorithm parplan picked; numbers for people), a summary per system
 and overall (median and max |error|, all sizes and per size band) and the thresholds with the
 targets beside them. :func:`validation_document` is the ``--json`` document::
 
@@ -18,7 +18,8 @@ targets beside them. :func:`validation_document` is the ``--json`` document::
     }
 
 where ``stats`` is ``{"overall"|"large"|"small": {"count", "median_abs_pct", "max_abs_pct"}}``.
-Times are seconds, errors percent (positive: predicted too long).
+Times are seconds, errors percent (positive: predicted too long). :func:`validation_csv` is the
+``--csv`` text: one row per table and size (:data:`CSV_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from parplan.api.accuracy import (
     ValidationReport,
 )
 from parplan.config.units import format_bytes
+from parplan.report import humanize as hz
+from parplan.report.csv_report import rows_csv
 
 VERSION = 1
 """Version of the ``--json`` document; fields may be added within a version, never removed."""
@@ -92,14 +95,14 @@ def table_view(result: TableResult) -> Table:
         [f"median |error| {pct(s.median_abs_pct)}, max {pct(s.max_abs_pct)}", *table_notes(result)]
     )
     table = Table(title=title, caption=caption, title_justify="left", caption_justify="left")
-    for column in ("size (B)", "measured (us)", "predicted (us)", "error"):
+    for column in ("size", "measured", "predicted", "error"):
         table.add_column(column, justify="right", no_wrap=True)
     table.add_column("algorithm", no_wrap=True)
     for row in result.rows:
         table.add_row(
-            str(row.size_bytes),
-            f"{row.measured_s * 1e6:.2f}",
-            f"{row.predicted_s * 1e6:.2f}",
+            hz.size(row.size_bytes),
+            hz.seconds(row.measured_s),
+            hz.seconds(row.predicted_s),
             pct(row.error_pct, signed=True),
             row.algorithm,
         )
@@ -260,3 +263,35 @@ def validation_document(report: ValidationReport) -> dict[str, Any]:
             for c in report.checks
         ],
     }
+
+
+CSV_COLUMNS = (
+    "table",
+    "system",
+    "ranks",
+    "size_bytes",
+    "measured_s",
+    "predicted_s",
+    "error_pct",
+    "algorithm",
+)
+"""Columns of ``validate --csv``."""
+
+
+def validation_csv(report: ValidationReport) -> str:
+    """One CSV row per table and size: measured beside predicted."""
+    rows = [
+        {
+            "table": t.spec.name,
+            "system": t.spec.system,
+            "ranks": t.ranks,
+            "size_bytes": r.size_bytes,
+            "measured_s": r.measured_s,
+            "predicted_s": r.predicted_s,
+            "error_pct": r.error_pct,
+            "algorithm": r.algorithm,
+        }
+        for t in report.tables
+        for r in t.rows
+    ]
+    return rows_csv(CSV_COLUMNS, rows)

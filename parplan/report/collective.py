@@ -1,25 +1,28 @@
 """``parplan collective`` results as nccl-tests-shaped tables, JSON, and Chrome traces.
 
-:func:`print_collective_table` prints a row per size with the size, the element count, the time
-(us) and nccl-tests' algbw and busbw (GB/s); with several algorithms, a column of times per
-algorithm (its table abbreviation as the header, the fastest marked ``*``) and the fastest one's
-busbw. Tables print at their natural width when the console is narrower, so numbers are never
-cut. :func:`collective_json` is the ``--json`` document, :func:`write_collective_trace` one
-algorithm's Chrome trace.
+:func:`collective_view` is a row per size with the size, the element count, the time and
+nccl-tests' algbw and busbw; with several algorithms, a column of times per algorithm (its table
+abbreviation as the header, the fastest marked ``*``) and the fastest one's busbw. Numbers are
+for people (:mod:`parplan.report.humanize`); the table follows the width rule of
+:mod:`parplan.report.layout`. :func:`collective_document` is the ``--json`` document (sizes and
+counts as integers), :func:`collective_csv` the ``--csv`` rows, :func:`write_collective_trace`
+one algorithm's Chrome trace.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.measure import Measurement
+from rich.console import Group, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from parplan.collectives.registry import algorithms
+from parplan.report import humanize as hz
+from parplan.report.csv_report import rows_csv
+from parplan.report.layout import FitLog, FitNote, Fitted
 
 if TYPE_CHECKING:
     from parplan.api.analytic_fit import AnalyticCheck
@@ -27,28 +30,32 @@ if TYPE_CHECKING:
 
 
 def describe_parameters(params: UniformParameters) -> str:
-    """One line saying which figures the closed forms use."""
-    bw = 1.0 / params.beta_s_per_byte / 1e9
+    """One line saying which figures the closed forms use (a rate per byte as ``1/(rate)``)."""
     text = (
-        f"alpha = {params.alpha_s * 1e6:.3g} us, beta = 1/({bw:.4g} GB/s) from the bottleneck path"
-        f" {params.bottleneck[0]} -> {params.bottleneck[1]}"
+        f"alpha = {hz.seconds(params.alpha_s)}, beta = {_per_byte(params.beta_s_per_byte)} from the"
+        f" bottleneck path {params.bottleneck[0]} -> {params.bottleneck[1]}"
     )
     if (
         params.intra_alpha_s is not None
         and params.intra_beta_s_per_byte is not None
         and params.intra_bottleneck
     ):
-        ibw = 1.0 / params.intra_beta_s_per_byte / 1e9
         text += (
-            f"; within groups alpha = {params.intra_alpha_s * 1e6:.3g} us, beta = 1/({ibw:.4g} GB/s)"
+            f"; within groups alpha = {hz.seconds(params.intra_alpha_s)},"
+            f" beta = {_per_byte(params.intra_beta_s_per_byte)}"
             f" ({params.intra_bottleneck[0]} -> {params.intra_bottleneck[1]})"
         )
-    text += f"; gamma = {params.gamma_s_per_byte * 1e9:.3g} ns/B"
+    text += f"; gamma = {_per_byte(params.gamma_s_per_byte)}"
     text += "; one port per rank" if params.shared_port else "; a link per pair of ranks"
     return text
 
 
-# -- JSON ------------------------------------------------------------------------------------------
+def _per_byte(s_per_byte: float) -> str:
+    """Seconds per byte as the inverse of a bandwidth: ``1/(24.9 GB/s)``; 0 s/B is ``0``."""
+    return f"1/({hz.bandwidth(1.0 / s_per_byte)})" if s_per_byte > 0 else "0"
+
+
+# -- JSON and CSV ------------------------------------------------------------------------------------
 
 
 def _finite(x: float) -> float | None:
@@ -72,8 +79,13 @@ def row_document(row: CollectiveRow) -> dict[str, Any]:
 
 
 def collective_document(sweep: CollectiveSweep) -> dict[str, Any]:
-    """The ``--json`` document: ``{"results": [...]}`` plus what produced them."""
+    """The ``--json`` document: ``{"results": [...]}`` plus what produced them (``tool`` and
+    ``command`` as in every parplan report, so a later run may write over it)."""
+    from parplan.report.json_report import tool_name
+
     out: dict[str, Any] = {
+        "tool": tool_name(),
+        "command": "collective",
         "results": [row_document(r) for r in sweep.rows],
         "cluster": sweep.cluster,
         "collective": sweep.collective,
@@ -113,9 +125,13 @@ def check_document(check: AnalyticCheck) -> dict[str, Any]:
     }
 
 
-def collective_json(sweep: CollectiveSweep) -> str:
-    """The ``--json`` document as text (indented by two)."""
-    return json.dumps(collective_document(sweep), indent=2)
+CSV_COLUMNS = ("algorithm", "ranks", "size_bytes", "count", "time_s", "algbw_GBps", "busbw_GBps")
+"""Columns of ``collective --csv``: the ``results`` rows of the JSON document."""
+
+
+def collective_csv(sweep: CollectiveSweep) -> str:
+    """The ``--csv`` text: a header and one row per (algorithm, size)."""
+    return rows_csv(CSV_COLUMNS, [row_document(r) for r in sweep.rows])
 
 
 def write_collective_trace(trace: CollectiveTrace, path: str | Path) -> None:
@@ -135,75 +151,55 @@ def short_label(label: str, collective: str = "all_reduce") -> str:
     return f"{algorithm.column_label if algorithm is not None else name}{sep}{arg}"
 
 
-def _gbps(value: float) -> str:
-    return f"{value:.2f}" if value < float("inf") else "inf"
-
-
-def print_unsqueezed(out: Console, table: Table) -> None:
-    """Print at the table's natural width when the console is narrower: numbers are never cut."""
-    natural = Measurement.get(out, out.options.update_width(10_000), table).maximum
-    if natural > out.width:
-        out = Console(
-            width=natural,
-            highlight=False,
-            emoji=False,
-            soft_wrap=False,
-            force_terminal=out.is_terminal,
-            no_color=out.no_color,
-        )
-    out.print(table)
-
-
-def print_collective_table(out: Console, sweep: CollectiveSweep, dtype: str, *, note: bool = True) -> None:
-    """The sweep as a table on ``out`` (see the module docstring); ``note``: say above it which
+def collective_view(sweep: CollectiveSweep, dtype: str, *, note: bool = True) -> RenderableType:
+    """The sweep as a titled table (see the module docstring); ``note``: say above it which
     figures the closed forms used."""
     mode = "closed forms" if sweep.analytic else "simulated"
-    title = f"{sweep.collective} on {sweep.cluster}: {len(sweep.devices)} ranks, {dtype}, {mode}"
+    log = FitLog()
+    parts: list[RenderableType] = []
     if sweep.parameters is not None and note:
-        out.print(f"analytic: {describe_parameters(sweep.parameters)}", style="dim")
-    table = Table(title=title)
-    table.add_column("size (B)", justify="right", no_wrap=True)
+        parts.append(Text(f"analytic: {describe_parameters(sweep.parameters)}", style="dim"))
+    table = Table(title=f"{sweep.collective} on {sweep.cluster}: {len(sweep.devices)} ranks, {dtype}, {mode}")
+    table.add_column("size", justify="right", no_wrap=True)
     table.add_column("count", justify="right", no_wrap=True)
     names = sweep.algorithms
     if len(names) == 1:
-        for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)"):
-            table.add_column(col, justify="right")
+        for col in ("time", "algbw", "busbw"):
+            table.add_column(col, justify="right", no_wrap=True)
         chosen = any(row.chosen for row in sweep.rows)
         if chosen:
             table.add_column("ran", no_wrap=True)
         for row in sweep.rows:
             table.add_row(
-                f"{row.size_bytes:.0f}",
-                str(row.count),
-                f"{row.time_s * 1e6:.2f}",
-                _gbps(row.algbw_GBps),
-                _gbps(row.busbw_GBps),
+                hz.size(row.size_bytes),
+                hz.rate(row.count),
+                hz.seconds(row.time_s),
+                hz.bandwidth(row.algbw_GBps * 1e9),
+                hz.bandwidth(row.busbw_GBps * 1e9),
                 *([row.chosen or ""] if chosen else []),
             )
-        print_unsqueezed(out, table)
-        _print_warnings(out, sweep)
-        return
+        return Group(*parts, Fitted(table, "table", log), FitNote(log), *_warnings(sweep))
     for name in names:
         table.add_column(short_label(name, sweep.collective), justify="right", no_wrap=True)
     table.add_column("fastest", no_wrap=True)
-    table.add_column("busbw (GB/s)", justify="right", no_wrap=True)
-    by_size: dict[float, list[CollectiveRow]] = {}
+    table.add_column("busbw", justify="right", no_wrap=True)
+    by_size: dict[int, list[CollectiveRow]] = {}
     for row in sweep.rows:
         by_size.setdefault(row.size_bytes, []).append(row)
     for size_bytes, rows in by_size.items():
         best = next((r for r in rows if r.fastest), rows[0])
-        cells = [f"{r.time_s * 1e6:.6g}{'*' if r.fastest else ' '}" for r in rows]
+        cells = [f"{hz.seconds(r.time_s)}{'*' if r.fastest else ' '}" for r in rows]
         fastest = short_label(best.algorithm, sweep.collective)
-        table.add_row(f"{size_bytes:.0f}", str(rows[0].count), *cells, fastest, _gbps(best.busbw_GBps))
-    print_unsqueezed(out, table)
-    legend = ", ".join(
-        f"{short_label(n, sweep.collective)} = {n}" for n in names if short_label(n, sweep.collective) != n
-    )
-    out.print(f"times in us; * fastest at that size{'; ' + legend if legend else ''}", style="dim")
-    _print_warnings(out, sweep)
+        table.add_row(
+            hz.size(size_bytes), hz.rate(rows[0].count), *cells, fastest, hz.bandwidth(best.busbw_GBps * 1e9)
+        )
+    shorts = {n: short_label(n, sweep.collective) for n in names}
+    legend = ", ".join(f"{shorts[n]} = {n}" for n in names if shorts[n] != n)
+    caption = Text(f"* fastest at that size; busbw of the fastest{'; ' + legend if legend else ''}")
+    caption.stylize("dim")
+    return Group(*parts, Fitted(table, "table", log), caption, FitNote(log), *_warnings(sweep))
 
 
-def _print_warnings(out: Console, sweep: CollectiveSweep) -> None:
+def _warnings(sweep: CollectiveSweep) -> list[Text]:
     """Under an analytic table: each algorithm whose closed form the engine does not confirm."""
-    for line in sweep.warnings():
-        out.print(f"warning: {line}", style="yellow", soft_wrap=True)
+    return [Text(f"warning: {line}", style="yellow") for line in sweep.warnings()]

@@ -1,7 +1,8 @@
 """The ``--csv`` output: one row per plan, the headline figures of the JSON document.
 
 Rows come from the JSON document's plan entries (:mod:`parplan.report.json_report`), so the two
-never disagree. Columns are fixed (:data:`SIMULATE_COLUMNS`, :data:`COMPARE_COLUMNS`); quantities
+never disagree (byte counts whole in both).
+Columns are fixed (:data:`SIMULATE_COLUMNS`, :data:`COMPARE_COLUMNS`); quantities
 in SI base units with full precision, booleans as ``true``/``false``, missing values empty,
 overrides as ``knob=value;knob=value``. Plans that could not be built get a row with only the
 name, plan, overrides and ``error`` filled in.
@@ -76,9 +77,11 @@ def cell(value: Any) -> str:
 
 def document_csv(document: Mapping[str, Any]) -> str:
     """The CSV text of a simulate or compare-strategies JSON document."""
+    from parplan.report.json_report import whole_bytes
+
     columns = COMPARE_COLUMNS if document.get("command") == "compare-strategies" else SIMULATE_COLUMNS
     rows: list[Mapping[str, Any]] = [*document["plans"], *document.get("failed", [])]
-    return rows_csv(columns, rows)
+    return rows_csv(columns, whole_bytes(rows))
 
 
 def rows_csv(columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:

@@ -3,8 +3,9 @@
 Tables use these; files (JSON, CSV) keep raw SI numbers. Times step us -> ms -> s -> min -> h,
 sizes are binary (KiB, MiB, GiB: what memory capacities are quoted in), bandwidths decimal
 bytes per second (GB/s, as nccl-tests reports algbw and busbw). The digits and the unit scaling
-are :func:`parplan.config.units.human` and :func:`~parplan.config.units.human_bytes`, shared with
-the messages of the lower layers; this module adds the time, bandwidth and rate units.
+are :func:`parplan.config.units.human`, :func:`~parplan.config.units.human_bytes` and
+:func:`~parplan.config.units.human_seconds`, shared with the messages and notes of the lower
+layers; this module adds the bandwidth and rate units.
 
 >>> seconds(0.000368), seconds(0.4481), seconds(1126.8)
 ('368 us', '448 ms', '18.8 min')
@@ -16,43 +17,33 @@ from __future__ import annotations
 
 import math
 
-from parplan.config.units import human, human_bytes, sig3
+from parplan.config.units import human, human_bandwidth, human_bytes, human_seconds, sig3
 
 __all__ = ["bandwidth", "percent", "rate", "seconds", "sig3", "size", "speedup"]
 
-_TIME_STEPS: tuple[tuple[float, str], ...] = (
-    (3600.0, "h"),
-    (60.0, "min"),
-    (1.0, "s"),
-    (1e-3, "ms"),
-    (1e-6, "us"),
-    (1e-9, "ns"),
-)
-_BANDWIDTH_STEPS: tuple[tuple[float, str], ...] = (
-    (1e12, "TB/s"),
-    (1e9, "GB/s"),
-    (1e6, "MB/s"),
-    (1e3, "kB/s"),
-    (1.0, "B/s"),
-)
 _SI_STEPS: tuple[tuple[float, str], ...] = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
 
 
 def seconds(value_s: float) -> str:
-    """A duration: ``368 us``, ``448 ms``, ``15.1 s``, ``18.8 min``, ``2.50 h``."""
-    if math.isfinite(value_s) and 60 <= abs(value_s) < 600:
-        return f"{sig3(value_s)} s"  # "112 s" reads better than "1.88 min" below ten minutes
-    return human(value_s, _TIME_STEPS)
+    """A duration: ``368 us``, ``448 ms``, ``15.1 s``, ``18.8 min``, ``2.50 h``
+    (:func:`~parplan.config.units.human_seconds`, which the notes of the lower layers use too)."""
+    return human_seconds(value_s)
 
 
 def size(value_bytes: float) -> str:
-    """A size in binary units: ``21.8 MiB``, ``80.0 GiB``."""
+    """A size in binary units: ``21.8 MiB``, ``80.0 GiB``; whole bytes below 1 KiB (``1000 B``).
+
+    >>> size(8), size(1000), size(1024)
+    ('8 B', '1000 B', '1.00 KiB')
+    """
+    if 0 <= value_bytes < 1024 and float(value_bytes).is_integer():
+        return f"{int(value_bytes)} B"
     return human_bytes(value_bytes)
 
 
 def bandwidth(value_Bps: float) -> str:
     """A bandwidth in decimal bytes per second: ``24.9 GB/s``."""
-    return human(value_Bps, _BANDWIDTH_STEPS)
+    return human_bandwidth(value_Bps)
 
 
 def rate(value: float) -> str:

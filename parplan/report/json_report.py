@@ -11,6 +11,8 @@ shipped with the package; :func:`load_schema` reads it)::
       "overrides": {knob: value},         # simulate: the command-line knobs applied to each plan
       "sweeps": [{"knob", "values"}],     # compare: the sweeps evaluated (scenario + command line)
       "baseline": str | null,             # compare: the plan the speed-ups are measured against
+      "baseline_rule": str | null,        # compare: how it was chosen: requested, scenario,
+                                          #   first_local or first (no baseline, no local plan)
       "ranking": "time_per_sample",       # compare: what plans are ranked by
       "duplicates": {variant: same_as},   # compare: sweep variants identical to one evaluated
       "plans": [plan, ...],
@@ -25,7 +27,8 @@ with ``plan`` (the scenario's plan name) and ``overrides`` added; compare-strate
 ``speedup`` (baseline time per sample / this plan's; null without a baseline) and ``pareto``
 (on the time-per-sample / peak-memory front). In compare-strategies ``name`` is the variant name,
 ``plan[knob=value,...]`` for a swept plan. All quantities are SI base units (seconds, bytes,
-bytes per second); values that are not finite are written as null. Within version 1 fields may
+bytes per second); byte counts (every ``*_bytes`` field) are integers, rounded to the nearest
+byte; values that are not finite are written as null. Within version 1 fields may
 be added, never removed or renamed.
 
 Identical inputs give identical bytes: keys keep a fixed order, floats are written with
@@ -109,6 +112,7 @@ def compare_document(
     sweeps: Sequence[Sweep],
     baseline: str | None,
     duplicates: Mapping[str, str] | None = None,
+    baseline_rule: str | None = None,
 ) -> dict[str, Any]:
     """The ``compare-strategies --json`` document: every variant, in rank order.
 
@@ -132,6 +136,7 @@ def compare_document(
         "scenario": dict(scenario),
         "sweeps": [{"knob": s.knob, "values": list(s.values)} for s in sweeps],
         "baseline": baseline,
+        "baseline_rule": baseline_rule,
         "ranking": "time_per_sample",
         "duplicates": dict(duplicates or {}),
         "plans": plans,
@@ -157,9 +162,30 @@ def finite(value: Any) -> Any:
     return value
 
 
+def whole_bytes(value: Any) -> Any:
+    """``value`` with every finite number under a ``*_bytes`` key made an integer (rounded to the
+    nearest byte), recursively: a count of bytes is whole, ``4194304`` and not ``4194304.0``.
+
+    >>> whole_bytes({"size_bytes": 4194304.0, "time_s": 1.5, "m": [{"total_bytes": 9.6}]})
+    {'size_bytes': 4194304, 'time_s': 1.5, 'm': [{'total_bytes': 10}]}
+    """
+    if isinstance(value, Mapping):
+        return {k: _whole(v) if str(k).endswith("_bytes") else whole_bytes(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [whole_bytes(v) for v in value]
+    return value
+
+
+def _whole(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value):
+        return round(value)
+    return whole_bytes(value)
+
+
 def dumps(document: Mapping[str, Any]) -> str:
-    """The document as deterministic, indented JSON text ending in a newline."""
-    return json.dumps(finite(document), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """The document as deterministic, indented JSON text ending in a newline (byte counts whole,
+    non-finite values null)."""
+    return json.dumps(finite(whole_bytes(document)), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 @cache

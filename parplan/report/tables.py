@@ -11,16 +11,18 @@ Pareto front. Numbers go through :mod:`parplan.report.humanize`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from parplan.api.ranking import BASELINE_RULES
 from parplan.api.results import bound_of
 from parplan.report import humanize as hz
+from parplan.report.layout import FitLog, FitNote, Fitted
 
 if TYPE_CHECKING:
     from parplan.api.ranking import Ranked
@@ -32,20 +34,6 @@ PARETO_MARK = "●"
 
 MAX_SERIES = 12
 """Longest per-round / per-generation series printed in full; longer ones are elided in the middle."""
-
-
-WIDE_TABLE = 110
-"""Console width from which the comparison table shows the compute/comm/idle split."""
-
-
-class ByWidth:
-    """A renderable built for the width it gets (narrow terminals get fewer columns)."""
-
-    def __init__(self, build: Callable[[int], RenderableType]) -> None:
-        self.build = build
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield self.build(options.max_width)
 
 
 # -- simulate --------------------------------------------------------------------------------------
@@ -63,37 +51,35 @@ def simulate_view(
     results: Sequence[PlanResult],
     failed: Sequence[tuple[str, str]] = (),
 ) -> Group:
-    """The summary table and one block per plan."""
+    """The summary table, one block per plan, and a line saying what was wrapped to fit (if anything)."""
+    log = FitLog()
     parts: list[RenderableType] = [title(scenario_name, description)]
     if results:
-        parts.append(summary_table(results))
+        parts.append(summary_table(results, log))
     for name, error in failed:
         parts.append(Text(f"✗ {name}: cannot be planned: {error}", style="red"))
     for r in results:
         parts.append(Text(""))
-        parts.append(plan_block(r))
+        parts.append(plan_block(r, log))
+    parts.append(FitNote(log))
     return Group(*parts)
 
 
-def summary_table(results: Sequence[PlanResult], width: int | None = None) -> RenderableType:
+def summary_table(results: Sequence[PlanResult], log: FitLog | None = None) -> Fitted:
     """One row per plan: the unit time and how it splits, throughput, peak memory (✗: does not fit).
 
-    The strategy column is left out below :data:`WIDE_TABLE` columns (each plan's block names it).
+    Every column always shows; the strategy column wraps when the table is too wide.
     """
-    if width is None:
-        return ByWidth(lambda w: summary_table(results, w))
     table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 1))
     table.add_column("plan", no_wrap=True)
-    wide = width >= WIDE_TABLE
-    if wide:
-        table.add_column("strategy", overflow="fold", ratio=1, min_width=20)
+    table.add_column("strategy", overflow="fold", min_width=12)
     for col in ("time", "compute", "exposed", "idle", "samples/s", "peak memory"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in results:
         style = "" if r.fits else "bold red"
         table.add_row(
             Text(r.name, style=style),
-            *([r.description] if wide else []),
+            r.description,
             f"{hz.seconds(r.step_time_s)}/{r.unit}",
             hz.seconds(r.compute_s),
             hz.seconds(r.exposed_comm_s),
@@ -101,11 +87,11 @@ def summary_table(results: Sequence[PlanResult], width: int | None = None) -> Re
             hz.rate(r.throughput_samples_per_s),
             Text(hz.size(r.peak_memory_bytes) + ("" if r.fits else " ✗"), style=style),
         )
-    return table
+    return Fitted(table, "summary table", log)
 
 
-def plan_block(r: PlanResult) -> Group:
-    """Everything about one plan, as label/value rows."""
+def plan_block(r: PlanResult, log: FitLog | None = None) -> Group:
+    """Everything about one plan, as label/value rows (values wrap like prose to fit)."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
@@ -134,7 +120,7 @@ def plan_block(r: PlanResult) -> Group:
             f"{hz.size(r.busiest_link_bytes)} carried",
         )
     if r.memory:
-        grid.add_row("memory", memory_table(r.memory))
+        grid.add_row("memory", memory_table(r.memory, log))
     for label, value in quality_rows(r.quality):
         grid.add_row(label, value)
     for note in r.notes:
@@ -143,7 +129,7 @@ def plan_block(r: PlanResult) -> Group:
     grid.add_row(Text("bound by", style=style), Text(r.bottleneck, style=style))
     head = Text(r.name, style="bold cyan")
     head.append(f"  {r.description}", style="dim")
-    return Group(head, grid)
+    return Group(head, Fitted(grid, "plan details", log, note=False))
 
 
 def collective_lines(r: PlanResult) -> dict[str, int]:
@@ -200,51 +186,32 @@ def group_memory(memory: Sequence[MemoryBreakdown]) -> list[MemoryRow]:
     return [MemoryRow(tuple(m.device for m in ms), ms[0]) for ms in groups.values()]
 
 
-def memory_table(memory: Sequence[MemoryBreakdown], width: int | None = None) -> RenderableType:
+def memory_table(memory: Sequence[MemoryBreakdown], log: FitLog | None = None) -> Fitted:
     """Memory per device group: the breakdown, the total against capacity and the share used.
 
-    When the breakdown does not fit in ``width`` columns only devices, total, capacity and the
-    share used are shown.
+    Every column always shows; the devices column wraps when the table is too wide.
     """
-    if width is None:
-        return ByWidth(lambda w: memory_table(memory, w))
     headers = ["devices", "params", "grads", "optimizer", "activations", "buffers"]
     headers += ["total", "capacity", "used"]
-    rows: list[list[str]] = []
-    fits: list[bool] = []
+    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="dim")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right", no_wrap=i != 0, overflow="fold")
     for row in group_memory(memory):
         m = row.memory
         used = m.total_bytes / m.capacity_bytes if m.capacity_bytes > 0 else float("inf")
-        rows.append(
-            [
-                row.label,
-                hz.size(m.params_bytes),
-                hz.size(m.grads_bytes),
-                hz.size(m.optimizer_bytes),
-                hz.size(m.activations_bytes),
-                hz.size(m.buffers_bytes),
-                hz.size(m.total_bytes),
-                hz.size(m.capacity_bytes),
-                hz.percent(used) if m.fits else f"{hz.percent(used)} ✗",
-            ]
+        style = "" if m.fits else "bold red"
+        table.add_row(
+            row.label,
+            hz.size(m.params_bytes),
+            hz.size(m.grads_bytes),
+            hz.size(m.optimizer_bytes),
+            hz.size(m.activations_bytes),
+            hz.size(m.buffers_bytes),
+            Text(hz.size(m.total_bytes), style=style),
+            hz.size(m.capacity_bytes),
+            Text(hz.percent(used) if m.fits else f"{hz.percent(used)} ✗", style=style),
         )
-        fits.append(m.fits)
-    keep = list(range(len(headers)))
-    if _natural_width(headers, rows) > width:
-        keep = [0, 6, 7, 8]
-    table = Table(box=None, pad_edge=False, padding=(0, 1), header_style="dim")
-    for i in keep:
-        table.add_column(headers[i], justify="left" if i == 0 else "right", no_wrap=i != 0, overflow="fold")
-    for cells, ok in zip(rows, fits, strict=True):
-        style = "" if ok else "bold red"
-        table.add_row(*[Text(cells[i], style=style if i in (6, 8) else "") for i in keep])
-    return table
-
-
-def _natural_width(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> int:
-    """Columns a padding-1 table of these cells needs without wrapping."""
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    return sum(widths) + len(widths) - 1
+    return Fitted(table, "memory table", log)
 
 
 def series(values: Sequence[float]) -> str:
@@ -286,13 +253,23 @@ def quality_rows(quality: dict[str, Any]) -> list[tuple[str, str]]:
             if optimum.get("hyperparameters") is not None:
                 text += f", known optimum {_vector(optimum['hyperparameters'])}"
             if quality.get("hyperparameter_error") is not None:
-                text += f" (distance {quality['hyperparameter_error']:.3g})"
+                text += f" (distance {_short(quality['hyperparameter_error'])})"
             rows.append(("found", text))
     return rows
 
 
 def _vector(values: Sequence[float]) -> str:
-    return "(" + ", ".join(f"{v:.3g}" for v in values) + ")"
+    return "(" + ", ".join(_short(v) for v in values) + ")"
+
+
+def _short(value: float) -> str:
+    """Up to 3 significant digits without trailing zeros, never an exponent.
+
+    >>> _short(0.6), _short(0.277), _short(1e-05), _short(1500.0)
+    ('0.6', '0.277', '0.00001', '1500')
+    """
+    text = hz.sig3(value)
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 # -- compare-strategies ----------------------------------------------------------------------------
@@ -303,12 +280,14 @@ def compare_view(
     failed: Sequence[tuple[str, str]] = (),
     *,
     baseline: str | None = None,
+    baseline_rule: str | None = None,
     top: int | None = None,
     duplicates: int = 0,
 ) -> Group:
     """The heading, the ranked table (the first ``top`` plans), what could not be planned, a legend."""
     shown = list(ranked if top is None else ranked[:top])
-    parts: list[RenderableType] = [title(scenario_name, description), compare_table(shown)]
+    log = FitLog()
+    parts: list[RenderableType] = [title(scenario_name, description), compare_table(shown, log)]
     for error, names in group_failures(failed).items():
         line = Text("✗ cannot be planned: ", style="bold red")
         line.append(f"{error}: ", style="red")
@@ -316,7 +295,9 @@ def compare_view(
         parts.append(line)
     legend = ["ranked by time per sample"]
     if baseline:
-        legend.append(f"speed-up against {display_name(baseline)}")
+        how = f" ({BASELINE_RULES[baseline_rule]})" if baseline_rule in BASELINE_RULES else ""
+        legend.append(f"speed-up against {display_name(baseline)}{how}")
+    legend.append("compute/comm/idle: shares of the time on the device computing longest (comm: exposed)")
     marks = []
     if any(r.pareto for r in ranked):
         marks.append(f"{PARETO_MARK} on the time/memory Pareto front")
@@ -326,19 +307,10 @@ def compare_view(
         marks.append(f"{len(ranked) - len(shown)} more plan(s) not shown (--top {top})")
     if duplicates:
         marks.append(f"{duplicates} sweep variant(s) identical to one above not repeated")
-
-    def legend_text(width: int) -> Text:
-        lines = legend + (
-            ["compute/comm/idle: shares of the time on the device computing longest (comm: exposed)"]
-            if width >= WIDE_TABLE
-            else []
-        )
-        text = Text("; ".join(lines), style="dim")
-        if marks:
-            text.append("\n" + "; ".join(marks), style="dim")
-        return text
-
-    parts.append(ByWidth(legend_text))
+    text = Text("; ".join(legend), style="dim")
+    if marks:
+        text.append("\n" + "; ".join(marks), style="dim")
+    parts += [text, FitNote(log)]
     return Group(*parts)
 
 
@@ -389,18 +361,15 @@ def _share(part_s: float, step_s: float) -> str:
     return hz.percent(part_s / step_s) if step_s > 0 else "—"
 
 
-def compare_table(ranked: Sequence[Ranked], width: int | None = None) -> RenderableType:
-    """One row per plan in rank order (built for the console's width unless ``width`` is given).
+def compare_table(ranked: Sequence[Ranked], log: FitLog | None = None) -> Fitted:
+    """One row per plan in rank order; the plan and "bound by" columns wrap when it is too wide.
 
     The time column is per step when every plan's unit is a step (per round or generation
     otherwise, with the unit on each row); compute / comm / idle are shares of the unit time on
-    the critical device (comm: exposed communication), shown from :data:`WIDE_TABLE` columns.
+    the critical device (comm: exposed communication).
     """
-    if width is None:
-        return ByWidth(lambda w: compare_table(ranked, w))
     units = {r.result.unit for r in ranked}
     single_unit = next(iter(units)) if len(units) == 1 else None
-    split = width >= WIDE_TABLE
     longest = max((len(part) for r in ranked for part in display_name(r.variant_name).split()), default=4)
     table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 1))
     table.add_column("#", justify="right", no_wrap=True)
@@ -408,35 +377,27 @@ def compare_table(ranked: Sequence[Ranked], width: int | None = None) -> Rendera
     table.add_column(single_unit or "time", justify="right", no_wrap=True)
     table.add_column("per sample", justify="right", no_wrap=True)
     table.add_column("speed-up", justify="right", no_wrap=True)
-    if split:
-        for col in ("compute", "comm", "idle"):
-            table.add_column(col, justify="right", no_wrap=True)
+    for col in ("compute", "comm", "idle"):
+        table.add_column(col, justify="right", no_wrap=True)
     table.add_column("memory", justify="right", no_wrap=True)
     table.add_column(PARETO_MARK, justify="center", no_wrap=True)
-    table.add_column("bound by", overflow="fold", ratio=1, min_width=16)
+    table.add_column("bound by", overflow="fold", min_width=16)
     for r in ranked:
         res = r.result
         style = "" if res.fits else "red"
         mem = hz.size(res.peak_memory_bytes) + ("" if res.fits else " ✗")
         time_text = hz.seconds(res.step_time_s) + ("" if single_unit else f"/{res.unit}")
-        shares = (
-            [
-                _share(res.compute_s, res.step_time_s),
-                _share(res.exposed_comm_s, res.step_time_s),
-                _share(res.idle_s, res.step_time_s),
-            ]
-            if split
-            else []
-        )
         table.add_row(
             str(r.rank),
             Text(display_name(r.variant_name), style="bold" if r.rank == 1 and res.fits else style),
             time_text,
             hz.seconds(r.time_per_sample_s),
             hz.speedup(r.speedup),
-            *shares,
+            _share(res.compute_s, res.step_time_s),
+            _share(res.exposed_comm_s, res.step_time_s),
+            _share(res.idle_s, res.step_time_s),
             Text(mem, style=style),
             PARETO_MARK if r.pareto else "",
             Text(short_bound(res), style=style),
         )
-    return table
+    return Fitted(table, "ranking table", log)

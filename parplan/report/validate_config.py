@@ -2,7 +2,8 @@
 
 Text: ``✓ path (kind)`` for each valid file and each issue as ``path:line:column field: message``
 (with the severity before the message unless it is an error), coloured by severity; with
-``quiet`` only errors. The summary line (``3 files: 2 valid, 1 invalid``) is for several files.
+``quiet`` only errors. The summary line (``3 files: 2 valid, 1 invalid``; ``1 file: valid``)
+ends every text report, whatever the number of files.
 
 JSON (:func:`validation_json`, version :data:`JSON_SCHEMA_VERSION`)::
 
@@ -52,12 +53,17 @@ def validation_lines(reports: Sequence[FileReport], *, quiet: bool = False) -> l
     return lines
 
 
-def validation_summary(reports: Sequence[FileReport]) -> Text | None:
-    """``N files: V valid, I invalid`` when there are several files (None for one)."""
-    if len(reports) <= 1:
-        return None
+def validation_summary(reports: Sequence[FileReport]) -> Text:
+    """``N files: V valid, I invalid``; for one file ``1 file: valid`` (or ``invalid``).
+
+    >>> str(validation_summary([]))
+    '0 files: 0 valid, 0 invalid'
+    """
     invalid = sum(1 for r in reports if not r.valid)
-    summary = f"{len(reports)} files: {len(reports) - invalid} valid, {invalid} invalid"
+    if len(reports) == 1:
+        summary = f"1 file: {'invalid' if invalid else 'valid'}"
+    else:
+        summary = f"{len(reports)} files: {len(reports) - invalid} valid, {invalid} invalid"
     return Text(summary, style="bold red" if invalid else "bold green")
 
 

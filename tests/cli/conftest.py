@@ -1,8 +1,11 @@
-"""Shared set-up of the CLI tests: rich output pinned to a wide, colourless terminal."""
+"""Shared set-up of the CLI tests: rich output pinned to a wide, colourless terminal, and the
+global options reset (a test app without parplan's callback would otherwise inherit them)."""
 
 from __future__ import annotations
 
 import pytest
+
+from parplan.cli.common import STATE
 
 
 @pytest.fixture(autouse=True)
@@ -12,3 +15,5 @@ def stable_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(STATE, "debug", False)
+    monkeypatch.setattr(STATE, "quiet", False)

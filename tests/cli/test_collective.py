@@ -3,34 +3,24 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from parplan.cli.collective import collective
-from parplan.cli.common import guarded
+from parplan.cli.app import app
+from parplan.report.humanize import size as human_size
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = sorted((ROOT / "sample_configs" / "clusters").iterdir())
 SWITCH = str(ROOT / "sample_configs" / "clusters" / "switch-4hosts.yaml")
 runner = CliRunner()
 
-# The command as the app registers it (``register(collective, "collective")``), with a second
-# command so that the command name is needed on the command line, as in ``parplan``.
-app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-app.command("collective")(guarded(collective))
-
-
-@app.command("noop")
-def _noop() -> None:
-    """Placeholder second command."""
-
 
 def run_json(*args: str) -> dict[str, Any]:
-    result = runner.invoke(app, ["collective", *args, "--json"])
+    result = runner.invoke(app, ["collective", *args, "--json", "-"])
     assert result.exit_code == 0, result.output
     doc: dict[str, Any] = json.loads(result.stdout)
     return doc
@@ -58,6 +48,25 @@ def test_every_sample_cluster(cluster: Path) -> None:
     analytic = run_json("--cluster", str(cluster), "--algorithm", "all", "--size", "1MiB", "--analytic")
     assert analytic["mode"] == "analytic" and len(analytic["results"]) == len(rows)
     assert analytic["analytic_parameters"]["alpha_s"] >= 0
+    table = runner.invoke(
+        app,
+        [
+            "collective",
+            "--cluster",
+            str(cluster),
+            "-a",
+            "all",
+            "-b",
+            "8",
+            "-e",
+            "1GiB",
+            "-f",
+            "64",
+            "--analytic",
+        ],
+    )
+    assert table.exit_code == 0, table.output
+    assert not re.search(r"\d[eE][+-]?\d", table.stdout)  # human numbers, never 1.21389e+06
 
 
 def test_sweep_table_like_all_reduce_perf() -> None:
@@ -65,11 +74,10 @@ def test_sweep_table_like_all_reduce_perf() -> None:
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert "all_reduce on lab-4x-t4: 4 ranks, float32, simulated" in lines[0]
-    header = next(line for line in lines if "size (B)" in line)
-    for col in ("count", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
-        assert col in header
-    sizes = [int(line.split()[1]) for line in lines if line.startswith("│")]
-    assert sizes == [8, 16, 32, 64, 128, 256, 512, 1024]
+    header = next(line for line in lines if " size " in line)
+    assert header.split()[1::2] == ["size", "count", "time", "algbw", "busbw", "ran"]  # ran: what auto picked
+    sizes = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
+    assert sizes == ["8 B", "16 B", "32 B", "64 B", "128 B", "256 B", "512 B", "1.00 KiB"]  # for people
 
 
 def test_algorithm_all_marks_the_fastest() -> None:
@@ -90,7 +98,7 @@ def test_algorithm_all_marks_the_fastest() -> None:
             "hierarchical": "hier",
             "centralized:0": "central:0",
         }.get(fastest, fastest)
-        row = next(r for r in rows if r.split()[1] == str(int(size)))
+        row = next(r for r in rows if r.split("│")[1].strip() == human_size(size))
         assert short in row.split("│")[-3]
 
 
@@ -134,15 +142,15 @@ def test_trace(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["-a", "butterfly"], 1, "valid: centralized"),
+        (["-a", "butterfly"], 2, "valid: centralized"),
         (["--ranks", "9"], 1, "only 4 devices"),
-        (["--devices", "h0,nope"], 1, "nope"),
+        (["--devices", "h0,nope"], 2, "nope"),
         (["-s", "lots"], 2, "lots"),
         (["--analytic", "--trace", "x.json"], 2, "drop --analytic"),
         (["-d", "float8"], 2, "unknown dtype"),
-        (["-b", "1MiB", "-e", "1KiB"], 1, "below its start"),
-        (["-a", "tree:1"], 1, "invalid algorithm 'tree:1': arity: Input should be greater than or equal"),
-        (["-a", "ring,tree:x"], 1, "the arity after ':' must be an integer"),
+        (["-b", "1MiB", "-e", "1KiB"], 2, "below its start"),
+        (["-a", "tree:1"], 2, "'tree:1': arity: must be >= 2, got 1"),
+        (["-a", "ring,tree:x"], 2, "the arity after ':' must be an integer"),
     ],
 )
 def test_errors(args: list[str], code: int, message: str) -> None:

@@ -27,7 +27,7 @@ BUS_FACTORS = {  # on the sample switch's 4 ranks
 
 
 def _json(*args: str) -> dict[str, Any]:
-    result = runner.invoke(app, ["collective", "--cluster", SWITCH, *args, "--json"])
+    result = runner.invoke(app, ["collective", "--cluster", SWITCH, *args, "--json", "-"])
     assert result.exit_code == 0, result.output
     doc: dict[str, Any] = json.loads(result.stdout)
     return doc
@@ -65,4 +65,4 @@ def test_unknown_collectives_and_algorithms_are_clear_errors() -> None:
     with pytest.raises(CollectiveError, match=r"unknown broadcast algorithm 'ring'; valid: tree, all"):
         run_collective(SWITCH, collective="broadcast", algorithm="ring", size_bytes=1024)
     result = runner.invoke(app, ["collective", "--cluster", SWITCH, "--collective", "gather", "-s", "1KiB"])
-    assert result.exit_code == 1 and "unknown collective 'gather'" in result.output
+    assert result.exit_code == 2 and "unknown collective 'gather'" in result.output

@@ -124,7 +124,7 @@ def test_baselines() -> None:
     doc = compare_json(QUICKSTART, "--sweep", "num_replicas=2,4", "--baseline", "dp-ring[num_replicas=2]")
     assert doc["baseline"] == "dp-ring[num_replicas=2]"
     result = runner.invoke(app, ["compare-strategies", QUICKSTART, "--baseline", "nope"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad option value: a usage error
     assert "baseline 'nope' is not a plan or variant compared; choose from: local, dp-ring" in result.stderr
 
 
@@ -137,9 +137,9 @@ def test_baselines() -> None:
         ("num_replicas=2,x", "sweep num_replicas: 'x' is not an integer"),
     ],
 )
-def test_bad_sweeps_exit_1(sweep: str, message: str) -> None:
+def test_bad_sweeps_are_usage_errors(sweep: str, message: str) -> None:
     result = runner.invoke(app, ["compare-strategies", QUICKSTART, "--sweep", sweep])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message in result.stderr and "Traceback" not in result.output
 
 

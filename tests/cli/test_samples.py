@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
@@ -18,6 +19,8 @@ SCENARIOS = sorted(
     if p.suffix in {".yaml", ".yml", ".toml", ".json"}
 )
 runner = CliRunner()
+EXPONENT = re.compile(r"\d[eE][+-]?\d")
+"""``1.21389e+06``: never in a table a person reads."""
 
 
 def test_there_are_samples() -> None:
@@ -43,6 +46,8 @@ def test_simulate_sample(scenario: Path, tmp_path: Path) -> None:
         )
         assert plan["bottleneck"]
     assert result.stdout.count("bound by") == len(names)
+    assert not EXPONENT.search(result.stdout)  # human numbers everywhere
+    assert all(line == line.rstrip() for line in result.stdout.splitlines())  # no trailing spaces
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.stem)
@@ -61,3 +66,5 @@ def test_compare_sample(scenario: Path, tmp_path: Path) -> None:
         assert next(p for p in doc["plans"] if p["name"] == doc["baseline"])["speedup"] == 1.0
     for plan in doc["plans"]:
         assert plan["name"] in result.stdout
+    assert not EXPONENT.search(result.stdout)
+    assert all(line == line.rstrip() for line in result.stdout.splitlines())

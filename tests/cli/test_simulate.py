@@ -51,7 +51,7 @@ def test_plan_selection_and_unknown_plan() -> None:
     assert result.exit_code == 0
     assert "dp-ring" in result.stdout and "\nlocal " not in result.stdout
     result = runner.invoke(app, ["simulate", QUICKSTART, "--plan", "nope"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad option value: a usage error
     assert (
         "unknown plan 'nope'; the scenario's plans: local, dp-ring, dp-tree, dp-centralized, pipeline-2"
         in (result.stderr)
@@ -82,13 +82,19 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
         (["--bucket-size", "huge"], "--bucket-size: 'huge' is not a valid size"),
         (["--set", "rounds=x"], "--set rounds: 'x' is not an integer"),
         (["--set", "warp=9"], "--set: unknown knob 'warp'"),
-        (["--replicas", "64"], "plan dp-ring: num_replicas (64) exceeds"),
     ],
 )
-def test_bad_overrides_exit_1(args: list[str], message: str) -> None:
+def test_bad_override_values_are_usage_errors(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["simulate", QUICKSTART, *args])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_an_override_a_plan_cannot_take_exits_1() -> None:
+    result = runner.invoke(app, ["simulate", QUICKSTART, "--replicas", "64"])
+    assert result.exit_code == 1, result.output  # a well-formed value the cluster cannot meet
+    assert "plan dp-ring: num_replicas (64) exceeds" in result.stderr
     assert "Traceback" not in result.output
 
 
@@ -229,10 +235,10 @@ def test_quiet_with_files_prints_nothing(tmp_path: Path) -> None:
 
 def test_unwritable_output_is_a_clean_error(tmp_path: Path) -> None:
     result = runner.invoke(app, ["simulate", QUICKSTART, "--json", str(tmp_path / "no" / "r.json")])
-    assert result.exit_code == 1
-    assert "cannot write" in result.stderr and "Traceback" not in result.output
+    assert result.exit_code == 2  # checked before anything runs: a usage error
+    assert f"directory {tmp_path / 'no'} does not exist" in result.stderr and "Traceback" not in result.output
     result = runner.invoke(app, ["simulate", QUICKSTART, "--csv", str(tmp_path)])
-    assert result.exit_code == 1 and "is a directory" in result.stderr
+    assert result.exit_code == 2 and "is a directory" in result.stderr
 
 
 def test_trace_one_plan_and_one_file_per_plan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,6 +4,7 @@ global behaviour: exit codes, --version, --quiet, --debug, NO_COLOR and a fast -
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,10 @@ def test_every_sample_is_valid() -> None:
     assert all(
         line.endswith(("(cluster)", "(model)", "(strategy)", "(partition)", "(scenario)")) for line in checked
     )
-    assert lines(result.stderr) == [f"{len(SAMPLES)} files: {len(SAMPLES)} valid, 0 invalid"]
+    assert not re.search(r"\d[eE][+-]?\d", result.stdout)  # human numbers in messages too
+    # the summary is a result: on stdout, last; nothing on stderr
+    assert lines(result.stdout)[-1] == f"{len(SAMPLES)} files: {len(SAMPLES)} valid, 0 invalid"
+    assert result.stderr == ""
 
 
 def test_a_directory_means_every_config_file_inside(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,11 +69,17 @@ def test_kind_option_reads_files_as_that_kind(tmp_path: Path) -> None:
     path.write_text("name: only\n")
     result = runner.invoke(app, ["validate-config", "--kind", "model", str(path)])
     assert result.exit_code == 1
-    assert lines(result.stdout) == [f"{path}:1:1 a model needs either nodes or a generator"]
-    result = runner.invoke(
-        app, ["validate-config", "-k", "cluster", str(ROOT / "sample_configs/models/mlp-small.yaml")]
-    )
+    assert lines(result.stdout) == [
+        f"{path}:1:1 a model needs either nodes or a generator",
+        "1 file: invalid",
+    ]
+    model = str(ROOT / "sample_configs/models/mlp-small.yaml")
+    result = runner.invoke(app, ["validate-config", "-k", "cluster", model])
     assert result.exit_code == 1
+    # the kind of file it is comes first, then what reading it as a cluster found
+    assert lines(result.stdout)[0] == (
+        f"{model} is a model file, read as a cluster because of --kind (drop --kind to check it as a model)"
+    )
     assert "unknown key 'generator'" not in result.stdout  # a model's generator is not a cluster generator:
     assert "generator.kind: unknown kind 'mlp'" in result.stdout
 
@@ -86,7 +96,7 @@ def test_each_invalid_fixture_gives_exactly_its_message(
     result = runner.invoke(app, ["validate-config", fixture.name])
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit)  # no traceback: a clean exit
-    assert lines(result.stdout) == expected
+    assert lines(result.stdout) == [*expected, "1 file: invalid"]
     assert len(expected) == 1
     assert result.stderr == ""
 
@@ -111,8 +121,9 @@ def test_many_files_report_everything_and_fail(monkeypatch: pytest.MonkeyPatch) 
         "✓ ../../../sample_configs/models/gpt-1.3b.yaml (model)",
         "wrong-type.yaml:2:1 num_replicas: expected an integer, got 'four'",
         "missing.yaml does not exist",
+        "4 files: 1 valid, 3 invalid",
     ]
-    assert lines(result.stderr) == ["4 files: 1 valid, 3 invalid"]
+    assert result.stderr == ""
 
 
 def test_json_report(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,6 +133,7 @@ def test_json_report(monkeypatch: pytest.MonkeyPatch) -> None:
         [
             "validate-config",
             "--json",
+            "-",
             "error-in-referenced-file.yaml",
             "../../../sample_configs/strategies/local.yaml",
         ],
@@ -156,7 +168,7 @@ def test_json_report(monkeypatch: pytest.MonkeyPatch) -> None:
         ],
     }
     ok = runner.invoke(
-        app, ["validate-config", "--json", str(ROOT / "sample_configs/scenarios/population-based.yaml")]
+        app, ["validate-config", "--json", "-", str(ROOT / "sample_configs/scenarios/population-based.yaml")]
     )
     assert ok.exit_code == 0
     (entry,) = json.loads(ok.stdout)["files"]
@@ -173,7 +185,8 @@ def test_junk_files_never_crash_the_command(tmp_path: Path, content: bytes, suff
     assert isinstance(result.exception, SystemExit) or result.exception is None
     assert "internal error" not in result.output and "Traceback" not in result.output
     if result.exit_code == 1:
-        assert all(line.startswith(str(path)) for line in lines(result.stdout))
+        assert all(line.startswith(str(path)) for line in lines(result.stdout)[:-1])
+        assert lines(result.stdout)[-1] == "1 file: invalid"
 
 
 # -- usage, errors, colour -----------------------------------------------------------------------------
@@ -219,15 +232,22 @@ def test_help_does_not_import_the_heavy_stack() -> None:
 
 
 def test_parplan_errors_are_red_messages_and_debug_shows_them(tmp_path: Path) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("")
-    result = runner.invoke(app, ["schema", "--output", str(blocker)])
+    missing = tmp_path / "none.yaml"
+    result = runner.invoke(app, ["simulate", str(missing)])
     assert result.exit_code == 1
-    assert lines(result.stderr) == [f"error: {blocker} is not a directory"]
-    result = runner.invoke(app, ["--debug", "schema", "--output", str(blocker)])
+    assert lines(result.stderr) == [f"error: {missing} does not exist"]
+    result = runner.invoke(app, ["--debug", "simulate", str(missing)])
     from parplan.errors import ConfigError
 
     assert isinstance(result.exception, ConfigError)
+
+
+def test_an_output_directory_that_cannot_be_used_is_a_usage_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = runner.invoke(app, ["schema", "--output", str(blocker)])
+    assert result.exit_code == 2
+    assert f"{blocker} is not a directory" in result.stderr
 
 
 def test_bugs_are_reported_as_internal_errors(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,7 +276,10 @@ def test_no_color_wins_over_force_color(monkeypatch: pytest.MonkeyPatch) -> None
     plain = runner.invoke(app, ["validate-config", bad])
     assert "\x1b[" not in plain.stdout
     assert plain.exit_code == coloured.exit_code == 1
-    assert lines(plain.stdout) == [f"{bad}:2:1 num_replicas: expected an integer, got 'four'"]
+    assert lines(plain.stdout) == [
+        f"{bad}:2:1 num_replicas: expected an integer, got 'four'",
+        "1 file: invalid",
+    ]
 
 
 # -- schema --------------------------------------------------------------------------------------------
@@ -276,8 +299,9 @@ def test_schema_writes_files(tmp_path: Path) -> None:
     assert result.exit_code == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == [f"{k}.schema.json" for k in ("cluster", "model", "partition", "scenario", "strategy")]
-    assert lines(result.stdout) == [
-        f"wrote {out / n}"
+    assert result.stdout == ""  # the files are the results; saying so is a note on stderr
+    assert lines(result.stderr) == [
+        f"wrote schema {out / n}"
         for n in (
             "cluster.schema.json",
             "model.schema.json",

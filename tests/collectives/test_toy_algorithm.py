@@ -185,7 +185,7 @@ def test_parplan_collective(toy: Algorithm[Any]) -> None:
     from parplan.cli.app import app
 
     runner = CliRunner()
-    base = ["collective", "-c", SWITCH, "-s", "64MiB", "--json"]
+    base = ["collective", "-c", SWITCH, "-s", "64MiB", "--json", "-"]
     simulated = runner.invoke(app, [*base, "-a", "two_shot"])
     analytic = runner.invoke(app, [*base, "-a", "two_shot", "--analytic"])
     assert simulated.exit_code == 0 and analytic.exit_code == 0, simulated.output + analytic.output

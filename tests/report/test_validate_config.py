@@ -38,8 +38,10 @@ def test_lines_and_summary() -> None:
     ]
     assert [t.plain for t in validation_lines(REPORTS, quiet=True)] == [issue_line(ERROR)]
     summary = validation_summary(REPORTS)
-    assert summary is not None and summary.plain == "2 files: 1 valid, 1 invalid"
-    assert validation_summary(REPORTS[:1]) is None
+    assert summary.plain == "2 files: 1 valid, 1 invalid"
+    # one file gets a summary too (every text report ends with one)
+    assert validation_summary(REPORTS[:1]).plain == "1 file: invalid"
+    assert validation_summary(REPORTS[1:]).plain == "1 file: valid"
 
 
 def test_json() -> None:

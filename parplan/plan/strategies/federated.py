@@ -47,6 +47,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parplan.config.strategy import FederatedStrategy
+from parplan.config.units import human_seconds
 from parplan.errors import PlanError
 from parplan.plan import fedsim
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
@@ -216,7 +217,8 @@ def expand(ctx: PlanContext, strategy: FederatedStrategy) -> PlanWork:
     samples_per_round = [sum(where.batch[c] for c in sel) * strategy.local_steps for sel in schedule]
     notes = [
         f"round {rep} shown (upper-median time of {simulated} simulated rounds); "
-        f"mean round {times.mean_s:.6g} s, {strategy.rounds} rounds in {times.total_s:.6g} s"
+        f"mean round {human_seconds(times.mean_s)},"
+        f" {strategy.rounds} rounds in {human_seconds(times.total_s)}"
     ]
     if where.shared_devices:
         per_dev: dict[str, list[int]] = {}

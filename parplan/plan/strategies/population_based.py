@@ -35,6 +35,7 @@ time.
 from __future__ import annotations
 
 from parplan.config.strategy import PopulationBasedStrategy
+from parplan.config.units import human_seconds
 from parplan.errors import PlanError
 from parplan.plan import pbtsim
 from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
@@ -160,7 +161,8 @@ def expand(ctx: PlanContext, strategy: PopulationBasedStrategy) -> PlanWork:
     remote = [sum(1 for dst, src in c if devices[dst] != devices[src]) for c in copies]
     notes = [
         f"generation {rep} shown (upper-median time of {simulated} simulated generations); "
-        f"mean generation {times.mean_s:.6g} s, {strategy.generations} generations in {times.total_s:.6g} s",
+        f"mean generation {human_seconds(times.mean_s)}, {strategy.generations} generations in"
+        f" {human_seconds(times.total_s)}",
     ]
     if waves > 1:
         notes.append(
