@@ -12,6 +12,11 @@ Kinds of task:
 - ``TRANSFER``: moves ``size_bytes`` from ``device`` (source) to ``dst`` over the routed path; when
   ``reduce`` is set, the receiver then adds it into its buffer, costing gamma x bytes on the
   receiver's reduction stream.
+  A transfer may carry a ``protocol`` (NCCL's LL / LL128 / Simple, :data:`PROTOCOLS`; -1: none),
+  which sets the bytes on the wire and the per-step latency the transport charges, and
+  ``overhead_s``: a fixed delay before its bytes move that the plan charges (a collective call's
+  software and launch cost on its first messages), and ``max_rate_Bps``: the fastest its payload
+  can move whatever the links allow (an NCCL channel's thread block has a throughput of its own).
 - ``MARKER``: takes no time; joins dependencies (e.g. "bucket 3 ready").
 
 ``label`` indexes ``labels`` (a string table) and ``category`` indexes ``categories`` (e.g.
@@ -29,6 +34,12 @@ import numpy.typing as npt
 from parplan.errors import SimulationError
 
 COMPUTE, TRANSFER, MARKER = 0, 1, 2
+
+PROTOCOLS = ("ll", "ll128", "simple")
+"""NCCL's protocols by the code a transfer's ``protocol`` column holds (-1: no protocol); a code
+plus :data:`TREE_STEP` marks a step of a tree, which NCCL times with its tree latencies."""
+NO_PROTOCOL = -1
+TREE_STEP = len(PROTOCOLS)
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -50,6 +61,9 @@ class TaskGraph:
     priority: IntArray  # lower runs first among ready tasks on a compute stream
     category: IntArray
     label: IntArray
+    protocol: npt.NDArray[np.int8]  # index into PROTOCOLS, -1 for none
+    overhead_s: FloatArray  # fixed delay a transfer pays before its bytes move (0 otherwise)
+    max_rate_Bps: FloatArray  # payload rate ceiling of a transfer (inf: the links decide)
     dep_offsets: IntArray
     dep_indices: IntArray
     categories: tuple[str, ...]
@@ -162,6 +176,9 @@ class TaskGraphBuilder:
         reduce: bool = False,
         category: str = "transfer",
         label: str = "",
+        protocol: int = NO_PROTOCOL,
+        overhead_s: float = 0.0,
+        max_rate_Bps: float = float("inf"),
     ) -> int:
         """A point-to-point transfer; returns its id."""
         return self._add(
@@ -171,6 +188,9 @@ class TaskGraphBuilder:
             dst=self.device_id(dst),
             size_bytes=float(size_bytes),
             reduce=reduce,
+            protocol=protocol,
+            overhead_s=float(overhead_s),
+            max_rate_Bps=float(max_rate_Bps),
             category=self.category_id(category),
             label=self.label_id(label or category),
         )
@@ -249,6 +269,9 @@ class TaskGraphBuilder:
             priority=cols["priority"],
             category=cols["category"],
             label=cols["label"],
+            protocol=cols["protocol"],
+            overhead_s=cols["overhead_s"],
+            max_rate_Bps=cols["max_rate_Bps"],
             dep_offsets=offsets,
             dep_indices=flat,
             categories=tuple(self._cat_index),
@@ -268,6 +291,9 @@ _COLUMNS = (
     "priority",
     "category",
     "label",
+    "protocol",
+    "overhead_s",
+    "max_rate_Bps",
 )
 _DTYPES: dict[str, type] = {
     "kind": np.int8,
@@ -280,6 +306,9 @@ _DTYPES: dict[str, type] = {
     "priority": np.int64,
     "category": np.int64,
     "label": np.int64,
+    "protocol": np.int8,
+    "overhead_s": np.float64,
+    "max_rate_Bps": np.float64,
 }
 _DEFAULTS: dict[str, object] = {
     "kind": MARKER,
@@ -292,4 +321,7 @@ _DEFAULTS: dict[str, object] = {
     "priority": 0,
     "category": 0,
     "label": 0,
+    "protocol": NO_PROTOCOL,
+    "overhead_s": 0.0,
+    "max_rate_Bps": float("inf"),
 }

@@ -7,10 +7,12 @@ The phases, each in its own function:
    ranks, the measured column and the NCCL_ALGO the run forced; every problem in the manifest, a
    cluster file or a CSV is a :class:`~parplan.errors.ConfigError` naming the file and line.
 2. **predict** (:func:`predict_sizes`): each size of a table is timed the way ``parplan
-   collective`` does it (the schedule lowered onto the placement and simulated by the engine, link
-   sharing on) for every registered all-reduce algorithm, and the fastest is the prediction: the
-   algorithm parplan would choose today. Where the table forced ``NCCL_ALGO`` and parplan has a
-   counterpart (:data:`NCCL_ALGO_COUNTERPARTS`) only that one is timed.
+   collective`` does it with ``auto``: NCCL's tuner model picks algorithm, protocol and channels on
+   the system the cluster file describes, and the chosen schedule is lowered onto the placement and
+   simulated by the event engine (link sharing on, the cluster's transport charged). Where the table
+   forced ``NCCL_ALGO``, ``auto`` is restricted to it (:data:`NCCL_ALGO_COUNTERPARTS`), as NCCL is.
+   :func:`candidate_algorithms` and pruning serve the other use of :func:`predict_sizes`: the
+   fastest of several schedules.
 3. **compare**: the signed error ``(predicted - measured) / measured`` per size, and the median and
    maximum of its absolute value per table, per system, overall and per size band (at or above
    ``large_from``, 64 MiB by default, and below).
@@ -53,17 +55,17 @@ DEFAULT_MANIFEST = "validation/manifest.toml"
 ELEMENT_BYTES = 4
 """nccl-tests' default data type is float: sizes are whole float32 elements."""
 
-NCCL_ALGO_COUNTERPARTS: dict[str, str | None] = {
+NCCL_ALGO_COUNTERPARTS: dict[str, str] = {
     "ring": "ring",
-    "tree": "double_binary_tree",
-    "nvls": None,
-    "nvlstree": None,
-    "collnetdirect": None,
-    "collnetchain": None,
-    "pat": None,
+    "tree": "tree",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "collnetdirect": "collnet_direct",
+    "collnetchain": "collnet_chain",
+    "pat": "pat",
 }
-"""NCCL_ALGO values (lower case) and the registered algorithm that stands for each (``None``: no
-counterpart yet, so the table is predicted with parplan's own pick and says so)."""
+"""NCCL_ALGO values (lower case) and the algorithm of NCCL's tuner each restricts ``auto`` to (the
+schedule that runs it is :mod:`parplan.collectives.auto`'s stand-in when parplan has none)."""
 
 MeasuredColumn = Literal[
     "time_us", "in_place_time_us", "algbw_GBps", "in_place_algbw_GBps", "busbw_GBps", "in_place_busbw_GBps"
@@ -189,7 +191,7 @@ class ValidationCase:
 
     @property
     def algorithm_forced(self) -> str | None:
-        """The registered algorithm the table's NCCL_ALGO maps to (``None``: parplan picks)."""
+        """The tuner algorithm the table's NCCL_ALGO restricts ``auto`` to (``None``: auto picks)."""
         if self.spec.nccl_algo is None:
             return None
         return NCCL_ALGO_COUNTERPARTS[self.spec.nccl_algo.lower()]
@@ -289,10 +291,17 @@ class Prediction:
 
 
 def candidate_algorithms(forced: str | None = None) -> list[Any]:
-    """The algorithm specs to time: the forced one, or every registered algorithm with its defaults."""
-    from parplan.collectives.registry import ALGORITHMS
+    """Schedules to time and pick the fastest of: the forced one, or every registered schedule with
+    its defaults (``auto`` left out: it picks by NCCL's model, not by the simulation)."""
+    from parplan.collectives.registry import schedules
 
-    return [parse_algorithm(forced)] if forced is not None else [parse_algorithm(n) for n in ALGORITHMS]
+    return [parse_algorithm(forced)] if forced is not None else [parse_algorithm(n) for n in schedules()]
+
+
+def auto_candidates(nccl_algo: str | None = None) -> list[Any]:
+    """How ``parplan validate`` predicts: ``auto`` alone, restricted to the tuner algorithm a
+    table's NCCL_ALGO forced (as NCCL_ALGO restricts NCCL's own choice)."""
+    return [parse_algorithm({"name": "auto", "algorithm": nccl_algo})]
 
 
 def predict_sizes(
@@ -316,7 +325,7 @@ def predict_sizes(
     group_lists = [list(g) for g in groups]
     for size in sorted(set(sizes)):
         pair = sweep_sizes(size_bytes=float(size), element_bytes=ELEMENT_BYTES)
-        best_t, best = math.inf, ""
+        best_t, best, ran = math.inf, "", ""
         simulated: list[str] = []
         for spec, label in sorted(zip(candidates, labels, strict=True), key=lambda c: last.get(c[1], -1.0)):
             bound = last.get(label)
@@ -330,7 +339,8 @@ def predict_sizes(
             simulated.append(label)
             if (t, order[label]) < (best_t, order.get(best, len(labels))):
                 best_t, best = t, label
-        found[size] = Prediction(size, best_t, best, tuple(sorted(simulated, key=order.__getitem__)))
+                ran = sweep.rows[0].chosen or label
+        found[size] = Prediction(size, best_t, ran, tuple(sorted(simulated, key=order.__getitem__)))
     return [found[s] for s in sizes]
 
 
@@ -468,7 +478,7 @@ def predict_case(
     case: ValidationCase, *, large_from_bytes: float = 64.0 * 2**20, prune: bool = True
 ) -> tuple[TableResult, int, int]:
     """One table predicted and compared; also the simulations run and the number possible."""
-    candidates = candidate_algorithms(case.algorithm_forced)
+    candidates = auto_candidates(case.algorithm_forced)
     sizes = [row.size_bytes for row in case.table.rows]
     predictions = predict_sizes(case.network, case.devices, case.groups, candidates, sizes, prune=prune)
     rows = tuple(

@@ -24,7 +24,9 @@ from pathlib import Path
 from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCheck, fit_algorithm
 from parplan.api.knobs import algorithm_problem
 from parplan.collectives.algorithm import AlgorithmSpecBase
-from parplan.collectives.registry import DEFAULT_ALGORITHM, algorithms, get, resolve
+from parplan.collectives.auto import AutoAlgorithm, choose
+from parplan.collectives.nccl_search import NcclSystem
+from parplan.collectives.registry import ALGORITHMS, algorithms, get, resolve, schedules
 from parplan.collectives.schedule import COLLECTIVES
 from parplan.collectives.specs import parse_algorithm
 from parplan.config.units import format_bytes
@@ -96,6 +98,8 @@ class CollectiveRow:
     time_s: float
     fastest: bool = False
     collective: str = "all_reduce"
+    chosen: str | None = None
+    """What ``auto`` (or a forced protocol) ran at this size, e.g. ``auto=ring/ll128/8ch``."""
 
     @property
     def algbw_GBps(self) -> float:
@@ -211,11 +215,12 @@ def check_collective(collective: str) -> str:
 
 
 def default_algorithm(collective: str = "all_reduce") -> str:
-    """The algorithm ``parplan collective`` times when none is named: the all-reduce default, else
+    """The algorithm ``parplan collective`` times when none is named: ``auto`` (NCCL's pick) for an
+    all-reduce, else
     the first registered for the collective (``ring`` for all-gather and reduce-scatter, ``tree``
     for reduce and broadcast)."""
     if check_collective(collective) == "all_reduce":
-        return DEFAULT_ALGORITHM
+        return "auto"
     return next(iter(algorithms(collective)))
 
 
@@ -234,7 +239,8 @@ def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[Al
     ['tree']
     """
     table = algorithms(check_collective(collective))
-    names = list(table) if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
+    every = schedules(collective)  # 'all' leaves out auto, which picks among the others
+    names = every if algorithm.strip() == "all" else [a.strip() for a in algorithm.split(",")]
     specs = []
     for name in names:
         if not name:
@@ -344,6 +350,25 @@ def _closed_form(
     )
 
 
+def resolve_auto(
+    spec: AlgorithmSpecBase,
+    size_bytes: float,
+    system: NcclSystem | None,
+    protocol: str | None = None,
+) -> tuple[AlgorithmSpecBase, str | None, str | None, float]:
+    """The schedule to simulate for ``spec`` at ``size_bytes``, its protocol and what to call it:
+    ``auto`` asks NCCL's tuner (:func:`parplan.collectives.auto.choose`); another algorithm runs as
+    it is, with ``protocol`` when one is forced (and only then is it named). The last item is the
+    payload rate ceiling of one channel's transfers (``inf``: none)."""
+    if isinstance(spec, AutoAlgorithm):
+        if protocol is not None and spec.protocol is None:
+            spec = spec.model_copy(update={"protocol": protocol})
+        choice = choose(spec, system, size_bytes, ALGORITHMS)
+        return choice.spec, choice.protocol, choice.label, choice.channel_rate_Bps
+    label = None if protocol is None else f"{spec.name}/{protocol}"
+    return spec, protocol, label, math.inf
+
+
 def _simulate(
     network: Network,
     devices: Sequence[str],
@@ -353,14 +378,21 @@ def _simulate(
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
     collective: str = "all_reduce",
+    protocol: str | None = None,
+    max_rate_Bps: float = math.inf,
 ) -> tuple[SimResult, TaskGraph]:
-    """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated."""
+    """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated, with
+    its protocol (NCCL's LL / LL128 / Simple under the ``nccl`` transport), per-channel rate ceiling
+    and per-call cost."""
     from parplan.engine.simulate import simulate
-    from parplan.plan.collective import collective_taskgraph
+    from parplan.plan.collective import call_overhead_s, collective_taskgraph
 
     found = get(spec.name, collective)
     schedule = found.build(spec, len(devices), count, groups)
-    graph = collective_taskgraph(schedule, devices, element_bytes)
+    call_s = call_overhead_s(network.transport, spec.name, protocol)
+    graph = collective_taskgraph(
+        schedule, devices, element_bytes, protocol=protocol, call_overhead_s=call_s, max_rate_Bps=max_rate_Bps
+    )
     return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
 
 
@@ -377,10 +409,13 @@ def collective_sweep(
     trace: bool = False,
     progress: Callable[[str], None] | None = None,
     collective: str = "all_reduce",
+    protocol: str | None = None,
 ) -> CollectiveSweep:
     """Time every algorithm (of ``collective``) at every size on ``devices`` (rank r on ``devices[r]``).
 
-    ``groups`` (the ranks of each node) reach the algorithms that use them. With ``trace``
+    ``groups`` (the ranks of each node) reach the algorithms that use them. ``auto`` picks per size
+    as NCCL's tuner would on the system the placed ranks form (:mod:`parplan.topology.nccl_system`);
+    ``protocol`` forces NCCL's protocol (as NCCL_PROTO does). With ``trace``
     (simulated mode only) the result carries each algorithm's simulation at the largest size, to
     trace. Raises :class:`ParplanError` subclasses for bad requests.
     """
@@ -390,6 +425,11 @@ def collective_sweep(
     if trace and analytic:
         raise ParplanError("a trace needs simulated mode")
     labels = tuple(algorithm_label(a, collective) for a in algorithms)
+    system = None
+    if not analytic and any(isinstance(a, AutoAlgorithm) for a in algorithms):
+        from parplan.topology.nccl_system import nccl_system
+
+        system = nccl_system(network, devices)
     params = None
     fits: list[AlgorithmFit] = []
     if analytic:
@@ -405,23 +445,28 @@ def collective_sweep(
     traces: list[CollectiveTrace] = []
     for size_bytes, count in sizes:
         times: list[float] = []
+        chosen: list[str | None] = []
         for i, (spec, label) in enumerate(zip(algorithms, labels, strict=True)):
+            name = None
             if fits:
                 t = _closed_form(spec, p, size_bytes, fits[i].parameters, groups, collective)
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
+                run, proto, name, cap = resolve_auto(spec, size_bytes, system, protocol)
                 result, graph = _simulate(
-                    network, devices, spec, count, element_bytes, groups, gamma_s_per_byte, collective
+                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, collective,
+                    proto, cap,
                 )
                 t = result.makespan_s
                 if trace and (size_bytes, count) == sizes[-1]:
                     traces.append(CollectiveTrace(label, result, graph, network))
             times.append(t)
+            chosen.append(name)
         best = min(times)
-        for label, t in zip(labels, times, strict=True):
+        for label, t, name in zip(labels, times, chosen, strict=True):
             fastest = len(labels) > 1 and t == best
-            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest, collective))
+            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest, collective, name))
     ends = sorted({min(sizes)[0], max(sizes)[0]})  # latency-bound and bandwidth-bound ends
     checks = [
         _check(
@@ -485,12 +530,13 @@ def run_collective(
     element_bytes: int = 4,
     analytic: bool = False,
     trace: bool = False,
+    protocol: str | None = None,
 ) -> CollectiveSweep:
     """``parplan collective``: the sizes (one, or a ``-b``/``-e``/``-f`` sweep) and algorithms
     of ``collective`` (a short form, a comma list or ``all``; None: :func:`default_algorithm`)
     timed on the cluster file's first ``ranks`` devices (or ``devices``, rank 0 first), ranks
-    grouped by node. Raises :class:`ParplanError` subclasses for bad input (a bad file, an unknown
-    collective, algorithm or device, too many ranks)."""
+    grouped by node; ``protocol`` forces NCCL's. Raises :class:`ParplanError` subclasses for bad
+    input (a bad file, an unknown collective, algorithm or device, too many ranks)."""
     from parplan.api.kinds import load_expected
     from parplan.topology.build import build_network
     from parplan.topology.placement import place
@@ -523,6 +569,7 @@ def run_collective(
         groups=[list(g) for g in placement.groups],
         analytic=analytic,
         trace=trace,
+        protocol=protocol,
         collective=collective,
     )
 

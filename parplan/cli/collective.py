@@ -54,8 +54,8 @@ def collective(
         typer.Option(
             "--algorithm",
             "-a",
-            help="An algorithm of the collective (ring, tree:4, hierarchical:8, ...; a bad name lists"
-            " them all), a comma list, or 'all' (default: ring; tree for broadcast and reduce).",
+            help="An algorithm of the collective (auto: as NCCL's tuner picks; ring, tree:4, ...; a bad"
+            " name lists them all), a comma list, or 'all' (default: auto; tree for broadcast and reduce).",
             show_default=False,
         ),
     ] = None,
@@ -66,6 +66,14 @@ def collective(
             help="all_reduce, all_gather, reduce_scatter, broadcast or reduce.",
         ),
     ] = "all_reduce",
+    protocol: Annotated[
+        str | None,
+        typer.Option(
+            "--protocol",
+            help="Force NCCL's protocol: ll, ll128 or simple (as NCCL_PROTO does).",
+            show_default=False,
+        ),
+    ] = None,
     ranks: Annotated[
         int | None, typer.Option("--ranks", "-n", min=1, help="Use the first N devices (default: all).")
     ] = None,
@@ -143,6 +151,7 @@ def collective(
         element_bytes=element_bytes,
         analytic=analytic,
         trace=trace is not None,
+        protocol=protocol,
     )
     if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
         from parplan.report.collective import collective_view

@@ -11,7 +11,7 @@ and a ``register(...)`` line below; tests (and later plugins) may :func:`registe
 >>> build_schedule("tree:4", 16, 1000).meta["arity"]
 4
 >>> list(ALGORITHMS)
-['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical', 'nccl_tree']
+['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical', 'nccl_tree', 'auto']
 >>> get("tree").label(parse("tree:4"))
 'tree:4'
 """
@@ -26,6 +26,7 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter
 
 from parplan.collectives import (
+    auto,
     centralized,
     double_binary_tree,
     halving_doubling,
@@ -46,6 +47,15 @@ ALGORITHMS: dict[str, Algorithm[Any]] = _REGISTRY["all_reduce"]
 
 DEFAULT_ALGORITHM = "ring"
 """The all-reduce algorithm plans use unless they name one."""
+
+SELECTORS = frozenset({"auto"})
+"""Entries that choose among the others per call (``auto``) rather than being a schedule: ``all``
+in ``parplan collective`` and the candidates of ``parplan validate`` leave them out."""
+
+
+def schedules(collective: str = "all_reduce") -> list[str]:
+    """Names of the registered algorithms that are schedules of their own (not :data:`SELECTORS`)."""
+    return [name for name in algorithms(collective) if name not in SELECTORS]
 
 _version = 0  # bumped by every (un)registration, so cached spec adapters are rebuilt
 _ADAPTERS: dict[str, tuple[int, TypeAdapter[Any]]] = {}
@@ -200,6 +210,7 @@ register(halving_doubling.ALL_REDUCE)
 register(double_binary_tree.ALL_REDUCE)
 register(hierarchical.ALL_REDUCE)
 register(nccl_tree.ALL_REDUCE)
+register(auto.ALL_REDUCE)
 register(ring.REDUCE_SCATTER)
 register(ring.ALL_GATHER)
 register(tree_reduce.REDUCE)

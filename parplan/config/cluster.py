@@ -12,16 +12,23 @@ validating and simulating a cluster at the limits takes seconds and a few hundre
 
 Every rate and capacity of a device or link is strictly positive (a zero would divide by zero or make
 work free) and finite; the ranges are in :data:`parplan.config.units.LIMITS`.
+
+Two parts of the cost model live here as data: a link's *class* (``nvlink``, ``pcie``,
+``infiniband``, ``roce``, ``efa``, ``ethernet``, ``slingshot``) with the achievable efficiency of
+its framing (:data:`LINK_EFFICIENCY`, overridable per link), and the cluster's *transport*
+(:class:`TransportSpec`: ``ideal``, ``nccl``, ``gloo`` or ``mpi``) with per-kind defaults
+(:data:`TRANSPORT_DEFAULTS`) a file may override. :mod:`parplan.engine.transport` charges them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from parplan.config.units import PositiveBandwidth, PositiveBytes, PositiveFlopRate, Seconds
+from parplan.config.units import Bytes, PositiveBandwidth, PositiveBytes, PositiveFlopRate, Seconds
 from parplan.spec import Spec
 
 MAX_DEVICES = 65_536
@@ -65,6 +72,9 @@ def _ring_links(n: int) -> int:
     return n if n > 2 else n - 1
 
 
+GpuArch = Literal["volta", "turing", "ampere", "hopper", "blackwell"]
+
+
 class DeviceTemplate(Spec):
     """What one accelerator (or host) can do; generators stamp it onto every device they make."""
 
@@ -82,6 +92,9 @@ class DeviceTemplate(Spec):
     )
     speed_factor: float = Field(
         default=1.0, gt=0, le=1000, description="relative speed multiplier for heterogeneous devices"
+    )
+    arch: GpuArch | None = Field(
+        default=None, description="GPU architecture, for NCCL's tuner (what `auto` picks); None: not a GPU"
     )
 
 
@@ -101,6 +114,26 @@ class SwitchSpec(Spec):
     name: str = Field(min_length=1)
 
 
+LinkClass = Literal["nvlink", "pcie", "infiniband", "roce", "efa", "ethernet", "slingshot"]
+"""The kinds of link the cost model tells apart (their framing, and NCCL's per-step latencies)."""
+
+LINK_EFFICIENCY: dict[str, float] = {
+    "nvlink": 256 / (256 + 16),  # 256-byte payload per packet, 16 bytes of header and CRC
+    "pcie": 256 / (256 + 24),  # 256-byte max payload per TLP; header 16, sequence + LCRC 6, framing 2
+    "infiniband": 4096 / (4096 + 26),  # 4 KiB MTU; LRH 8 + BTH 12 + ICRC 4 + VCRC 2
+    # 4 KiB MTU; Ethernet 14 + FCS 4 + preamble and gap 20, IP 20, UDP 8, BTH 12, ICRC 4
+    "roce": 4096 / (4096 + 82),
+    "efa": 8192 / (8192 + 110),  # SRD on 9 KB jumbo frames: 8 KiB payload, Ethernet/IP/UDP/SRD headers
+    "ethernet": 1448 / 1538,  # TCP on a 1500 MTU: 1448 payload bytes of 1538 on the wire
+    "slingshot": 4096 / (4096 + 56),  # Slingshot's HPC Ethernet: 4 KiB payload, reduced 32-byte header
+}
+"""Achievable share of a link's line rate that carries payload, per class (framing overhead only;
+a link without a class carries 100%). A link's ``efficiency`` overrides its class's figure."""
+
+NETWORK_CLASSES = frozenset({"infiniband", "roce", "efa", "ethernet", "slingshot"})
+"""Link classes that leave the node (NCCL's NET hardware); ``nvlink`` and ``pcie`` stay inside."""
+
+
 class LinkTemplate(Spec):
     """Bandwidth and latency of one link, as generators stamp it."""
 
@@ -109,6 +142,19 @@ class LinkTemplate(Spec):
     full_duplex: bool = Field(
         default=True, description="each direction has the full bandwidth (False: both share one channel)"
     )
+    link_class: LinkClass | None = Field(
+        default=None, alias="class", description="what the link is; sets its default efficiency"
+    )
+    efficiency: float | None = Field(
+        default=None, gt=0, le=1, description="share of the line rate carrying payload (default: the class's)"
+    )
+
+    @property
+    def achievable_efficiency(self) -> float:
+        """The share of the line rate payload gets: the link's own figure, its class's, or 1."""
+        if self.efficiency is not None:
+            return self.efficiency
+        return LINK_EFFICIENCY[self.link_class] if self.link_class else 1.0
 
 
 class LinkSpec(LinkTemplate):
@@ -328,6 +374,86 @@ ClusterGenerator = Annotated[
 ]
 
 
+class HardwareFeatures(Spec):
+    """What NCCL's topology detection finds that links alone do not say: whether the node switch is
+    an NVSwitch, whether it can reduce (NVLink SHARP, NVLS), whether the network switches can reduce
+    (InfiniBand SHARP, CollNet, with NCCL_COLLNET_ENABLE), and the host CPU's vendor."""
+
+    nvswitch: bool = False
+    nvls: bool = False
+    sharp: bool = False
+    cpu_vendor: Literal["intel", "amd", "other"] = "intel"
+
+
+TransportKind = Literal["ideal", "nccl", "gloo", "mpi"]
+
+
+class TransportSpec(Spec):
+    """What a message costs beyond link latency and bytes over bandwidth (LogGP's o, handshakes).
+
+    Every field left out takes the kind's default from :data:`TRANSPORT_DEFAULTS`:
+
+    - ``send_overhead`` / ``recv_overhead``: CPU time the sender and the receiver spend per message;
+    - ``call_latency``: software and launch cost paid once per collective call;
+    - ``eager_threshold``: messages above it wait a rendezvous round trip (request to send, clear to
+      send) before their bytes move; ``null`` never.
+
+    ``nccl`` adds its protocols' per-step latencies (LL / LL128 / Simple, per link type) and per-call
+    base latencies from NCCL's tuner tables; those are not fields here.
+    """
+
+    kind: TransportKind
+    send_overhead_s: Seconds | None = Field(default=None, alias="send_overhead")
+    recv_overhead_s: Seconds | None = Field(default=None, alias="recv_overhead")
+    call_latency_s: Seconds | None = Field(default=None, alias="call_latency")
+    eager_threshold_bytes: Bytes | None = Field(default=None, alias="eager_threshold")
+
+    def resolved(self) -> TransportCosts:
+        """The costs with the kind's defaults filled in."""
+        base = TRANSPORT_DEFAULTS[self.kind]
+        return TransportCosts(
+            kind=self.kind,
+            send_overhead_s=base.send_overhead_s if self.send_overhead_s is None else self.send_overhead_s,
+            recv_overhead_s=base.recv_overhead_s if self.recv_overhead_s is None else self.recv_overhead_s,
+            call_latency_s=base.call_latency_s if self.call_latency_s is None else self.call_latency_s,
+            eager_threshold_bytes=(
+                base.eager_threshold_bytes
+                if self.eager_threshold_bytes is None
+                else self.eager_threshold_bytes
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class TransportCosts:
+    """A transport with every cost known (see :class:`TransportSpec`); ``inf`` threshold: never."""
+
+    kind: TransportKind
+    send_overhead_s: float = 0.0
+    recv_overhead_s: float = 0.0
+    call_latency_s: float = 0.0
+    eager_threshold_bytes: float = math.inf
+
+
+TRANSPORT_DEFAULTS: dict[str, TransportCosts] = {
+    # Pure alpha-beta: the closed forms' model.
+    "ideal": TransportCosts("ideal"),
+    # GPU kernels post the messages: no CPU overhead per message; per-step latencies and the
+    # per-call base latency come from NCCL's protocol tables (engine per message, lowering per
+    # call). On top, each call pays its launch: NCCL's host-side enqueue plus CUDA's kernel launch,
+    # ~5 us on current drivers and CPUs (NCCL's tuner leaves it out; back-to-back small calls pay it).
+    "nccl": TransportCosts("nccl", call_latency_s=5e-6),
+    # Gloo over TCP: a send and a receive syscall plus a copy each side (~5 us on a modern x86 core),
+    # ~20 us to enter a collective (Python, the context's lookups, buffer registration); messages
+    # above 64 KiB wait for the receiver to post its buffer (a round trip) before streaming.
+    "gloo": TransportCosts("gloo", 5e-6, 5e-6, 20e-6, 64 * 1024.0),
+    # MPI over RDMA-capable NICs: ~1 us per message each side, ~2 us per call, rendezvous above
+    # 64 KiB (the usual default of Open MPI's ob1/UCX and MPICH's eager limits).
+    "mpi": TransportCosts("mpi", 1e-6, 1e-6, 2e-6, 64 * 1024.0),
+}
+"""Per-kind defaults of :class:`TransportSpec`; each figure is documented beside it."""
+
+
 class ClusterSpec(Spec):
     """A cluster: a generator, explicit devices/switches/links, or both."""
 
@@ -343,6 +469,17 @@ class ClusterSpec(Spec):
             "route choice among equal shortest paths: 'shortest' takes the first (stable), 'dmodk' "
             "spreads by destination index mod the number of next hops, as InfiniBand's fat-tree "
             "routing does; 'auto' is dmodk for a fat_tree generator and shortest otherwise"
+        ),
+    )
+    hardware: HardwareFeatures = Field(
+        default_factory=HardwareFeatures, description="NVSwitch, NVLS and SHARP capabilities, CPU vendor"
+    )
+    transport: TransportSpec | None = Field(
+        default=None,
+        description=(
+            "per-message and per-call costs; when left out: 'nccl' if a link is of class nvlink, "
+            "infiniband, roce, efa or slingshot (a GPU cluster), 'gloo' if every classed link is "
+            "ethernet or pcie (a CPU cluster on TCP), 'ideal' when no link has a class"
         ),
     )
 
@@ -379,3 +516,14 @@ def _no_repeats(names: list[str], taken: set[str]) -> None:
         if name in seen:
             raise ValueError(f"name {name!r} is used twice")
         seen.add(name)
+
+
+GPU_FABRIC_CLASSES = frozenset({"nvlink", "infiniband", "roce", "efa", "slingshot"})
+
+
+def default_transport(link_classes: set[str]) -> TransportKind:
+    """The transport of a cluster whose file names none, from the classes of its links:
+    ``nccl`` with a GPU fabric, ``gloo`` with only Ethernet/PCIe, ``ideal`` with no classes."""
+    if link_classes & GPU_FABRIC_CLASSES:
+        return "nccl"
+    return "gloo" if link_classes else "ideal"

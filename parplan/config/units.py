@@ -367,9 +367,10 @@ def _short_bytes(size_bytes: float) -> str:
     steps = BINARY_SIZE_STEPS
     for i, (factor, unit) in enumerate(steps):
         if magnitude >= factor:
-            digits = 4 if unit == "B" else 3  # whole bytes up to 1023
-            scaled = float(f"{size_bytes / factor:.{digits}g}")
-            if abs(scaled) >= (1024 if unit == "B" else 1000) and i > 0:  # 1023.99 MiB: 1 GiB
+            if unit == "B" and float(f"{size_bytes:.0f}") < 1024:  # whole bytes up to 1023
+                return f"{size_bytes:.0f} B"
+            scaled = float(f"{size_bytes / factor:.3g}")
+            if (unit == "B" or abs(scaled) >= 1000) and i > 0:  # 1023.99 MiB: 1 GiB; 1023.9 B: 1 KiB
                 factor, unit = steps[i - 1]
                 scaled = float(f"{size_bytes / factor:.3g}")
             return f"{scaled:g} {unit}"

@@ -19,7 +19,8 @@ scatters, not a rebuild of every array, and runs them in one of two regimes:
 
 Both regimes give the same times. Flows are the kernel's :class:`~parplan.engine.kernel.Clock`:
 their next finish is the clock's next instant, and flows finishing within the kernel's tie
-horizon of each other arrive together.
+horizon of each other arrive together. A flow with a rate ceiling (``rate_cap_Bps``) moves at
+most that fast in either regime.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class Flows:
         on_arrive: Callable[[IntArray], None],
         *,
         sharing: bool,
+        rate_cap_Bps: FloatArray | None = None,
     ) -> None:
         self.kernel = kernel
         self.routes = routes
@@ -60,6 +62,7 @@ class Flows:
         self.size_bytes = size_bytes
         self.on_arrive = on_arrive
         self.sharing = sharing
+        self.rate_cap_Bps = rate_cap_Bps  # per task, a ceiling on its rate (None: none)
         self.cache = AllocationCache(routes, recorder.channel_busy_s, sharing=sharing)
         # Slots: flow id (-1 when free), route id, start, bytes left at t_sync, rate, finish.
         self.s_task = EMPTY_I
@@ -101,10 +104,11 @@ class Flows:
         self.cache.flush_busy()
 
     # -- flows entering ----------------------------------------------------------------------
-    def issue(self, tasks: IntArray, rids: IntArray) -> None:
-        """Transfers ``tasks`` on routes ``rids`` are issued now; their bytes move after the latency."""
+    def issue(self, tasks: IntArray, rids: IntArray, delay_s: FloatArray | None = None) -> None:
+        """Transfers ``tasks`` on routes ``rids`` are issued now; their bytes move after ``delay_s``
+        (by default the routes' latency; the transport's per-message costs when the engine adds them)."""
         now = self.kernel.now
-        lat = self.routes.latency_s[rids]
+        lat = self.routes.latency_s[rids] if delay_s is None else delay_s
         if self.exclusive:
             # The flows take slots now, each starting after its latency; if any would overlap
             # another on a channel, _book switches to the shared regime.
@@ -178,6 +182,8 @@ class Flows:
         self._sync()
         np.add.at(self.rec.route_bytes, rids, sizes)
         rate = routes.narrowest_Bps[rids]
+        if self.rate_cap_Bps is not None:
+            rate = np.minimum(rate, self.rate_cap_Bps[tasks])
         finish = starts + sizes / rate
         slots = self._take_slots(len(tasks))
         self.s_task[slots] = tasks
@@ -255,6 +261,8 @@ class Flows:
         rids = self.s_rid[live]
         alloc = self.cache.get(rids)
         rate = alloc.route_rate_Bps[rids]
+        if self.rate_cap_Bps is not None:
+            rate = np.minimum(rate, self.rate_cap_Bps[self.s_task[live]])
         self.s_rate[live] = rate
         self.s_finish[live] = now + self.s_rem[live] / rate
         self.next_finish = float(self.s_finish.min())

@@ -1,4 +1,5 @@
-"""Routes by id: each (source, destination) pair the run uses, its channels, latency and narrowest link.
+"""Routes by id: each (source, destination) pair the run uses, its channels, latency, narrowest link
+and hardware (NVLink, PCIe or network: what NCCL's per-step latencies are indexed by).
 
 Routes are asked of the network the first time a pair is used and get the next id. By id they
 are rows of a padded channel matrix (padding is the dummy channel ``num_channels``, which has
@@ -52,9 +53,11 @@ class RouteTable:
         self._key_ids = EMPTY_I
         self._channel_list: list[IntArray] = []
         self._latency_list: list[float] = []
+        self._hw_ext = np.append(np.asarray(network.channel_hardware, dtype=np.int64), -1)
         self.channels = np.zeros((0, 1), dtype=np.int64)  # route id -> channels, padded
         self.latency_s = EMPTY_F
         self.narrowest_Bps = EMPTY_F
+        self.hardware = EMPTY_I  # route id -> the largest hardware code it crosses (NVLink < PCIe < NET)
         self.padded = False  # some route is shorter than the channel matrix is wide
 
     @property
@@ -115,3 +118,4 @@ class RouteTable:
         self.padded = bool(np.any(mat == self.num_channels))
         self.latency_s = np.array(self._latency_list, dtype=np.float64)
         self.narrowest_Bps = self._bw_ext[mat].min(axis=1)
+        self.hardware = self._hw_ext[mat].max(axis=1)

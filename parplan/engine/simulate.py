@@ -20,6 +20,12 @@ Semantics (the cost model of ../shared/DESIGN.md made precise):
   ``3 / memory_bandwidth_Bps`` (read two operands, write one) when the device has a memory
   bandwidth, else 0; ``gamma_s_per_byte`` overrides it for every device. The task ends when its
   reduction ends.
+- **Messages**: on top of the path latency, a transfer pays its transport's per-message costs
+  before its bytes move (LogGP's o on sender and receiver, a rendezvous round trip above the eager
+  threshold, NCCL's per-step latency of its protocol, the plan's per-call overhead), and under
+  ``nccl`` puts ``size / protocol efficiency`` bytes on the wire; links carry payload at their line
+  rate times their class's efficiency. :mod:`~parplan.engine.transport` says exactly what is
+  charged; the ``ideal`` transport charges none of it.
 - **Markers** take no time.
 
 Determinism: events live in a heap of ``(time, kind, sequence)``. At one instant, flows that finish
@@ -63,6 +69,7 @@ from parplan.engine.result import SimResult
 from parplan.engine.routes import RouteTable
 from parplan.engine.streams import ComputeStreams, ReductionStreams, device_rates
 from parplan.engine.tasks import Dependencies, TaskView
+from parplan.engine.transport import MessagePricer
 from parplan.errors import SimulationError
 from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, TaskGraph
 from parplan.topology.network import Network
@@ -114,8 +121,12 @@ class _Engine:
         self.rec = Recorder(tasks.num_tasks, self.routes.num_channels)
         self.compute = ComputeStreams(self.kernel, tasks, flop_rate, self.rec.start_s)
         self.reduction = ReductionStreams(self.kernel, tasks, gamma)
+        self.pricer = MessagePricer(
+            network.transport, self.routes, tasks.size_bytes, tasks.protocol, tasks.overhead_s
+        )
         self.flows = Flows(
-            self.kernel, self.routes, self.rec, tasks.size_bytes, self._arrive, sharing=link_sharing
+            self.kernel, self.routes, self.rec, self.pricer.wire_bytes(), self._arrive, sharing=link_sharing,
+            rate_cap_Bps=self.pricer.rate_cap_Bps(tasks.max_rate_Bps),
         )
 
     def run(self) -> None:
@@ -202,7 +213,7 @@ class _Engine:
                 return
         rids = self.routes.ids(src, dst)
         self.rec.grow_routes(self.routes.num_routes)
-        self.flows.issue(tasks, rids)
+        self.flows.issue(tasks, rids, None if self.pricer.plain else self.pricer.delay_s(tasks, rids))
 
     def _arrive(self, tasks: IntArray) -> None:
         """Last byte in: plain transfers end now; reducing ones queue on the receiver's reduction stream."""

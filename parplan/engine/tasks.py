@@ -21,7 +21,10 @@ from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray
 from parplan.errors import SimulationError
 from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, TaskGraph
 
-_COLUMNS = ("kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority")
+_COLUMNS = (
+    "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "protocol", "overhead_s",
+    "max_rate_Bps",
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +46,9 @@ class TaskView:
     priority: IntArray
     dep_offsets: IntArray
     dep_indices: IntArray
+    protocol: npt.NDArray[np.int8]
+    overhead_s: FloatArray
+    max_rate_Bps: FloatArray
 
     @classmethod
     def of(cls, graph: TaskGraph) -> TaskView:
@@ -50,6 +56,7 @@ class TaskView:
         view = cls(
             graph.devices, graph.kind, graph.device, graph.dst, graph.size_bytes, graph.seconds,
             graph.flops, graph.reduce, graph.priority, graph.dep_offsets, graph.dep_indices,
+            graph.protocol, graph.overhead_s, graph.max_rate_Bps,
         )  # fmt: skip
         view._check()
         return view

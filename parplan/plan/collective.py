@@ -16,6 +16,13 @@ the step's dependencies offset to task ids. Around them:
 
 Without ``rank_deps``, the collective-wide ``deps`` go on the steps that have no dependency of their
 own (every other step depends on those transitively).
+
+A lowered collective may carry an NCCL ``protocol`` (every transfer gets it: the engine prices its
+wire bytes and per-step latency, from NCCL's tree table for a tree's steps), a per-channel payload
+rate ceiling ``max_rate_Bps`` (NCCL's per-channel bandwidth for the algorithm and protocol) and a
+per-call cost (:func:`call_overhead_s`: the transport's call latency plus, under ``nccl``, the
+protocol's base latency), paid once per call: it is the ``overhead_s`` of the steps without
+dependencies, the ones every other step waits for.
 """
 
 from __future__ import annotations
@@ -27,9 +34,19 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.collectives._build import merge_csr
+from parplan.collectives.nccl_tables import BASE_LATENCY_US
 from parplan.collectives.schedule import Schedule
+from parplan.config.cluster import TransportCosts
 from parplan.errors import PlanError
-from parplan.taskgraph import MARKER, TRANSFER, TaskGraph, TaskGraphBuilder
+from parplan.taskgraph import (
+    MARKER,
+    NO_PROTOCOL,
+    PROTOCOLS,
+    TRANSFER,
+    TREE_STEP,
+    TaskGraph,
+    TaskGraphBuilder,
+)
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -65,6 +82,9 @@ def lower_schedule(
     rank_deps: Sequence[Sequence[int]] | None = None,
     category: str = "allreduce",
     label: str | None = None,
+    protocol: str | None = None,
+    call_overhead_s: float = 0.0,
+    max_rate_Bps: float = float("inf"),
 ) -> CollectiveTasks:
     """Append ``schedule`` on ``devices`` (rank ``r`` on ``devices[r]``) to ``builder``.
 
@@ -108,6 +128,7 @@ def lower_schedule(
         "reduce": red,
         "category": np.full(n, cat, dtype=np.int64),
         "label": phase_labels[schedule.phase],
+        **_message_columns(schedule, protocol, call_overhead_s, max_rate_Bps),
     }
     builder.add_block(columns, offsets, flat)
 
@@ -119,7 +140,15 @@ def lower_schedule(
     )
 
 
-def collective_taskgraph(schedule: Schedule, devices: Sequence[str], element_bytes: float) -> TaskGraph:
+def collective_taskgraph(
+    schedule: Schedule,
+    devices: Sequence[str],
+    element_bytes: float,
+    *,
+    protocol: str | None = None,
+    call_overhead_s: float = 0.0,
+    max_rate_Bps: float = float("inf"),
+) -> TaskGraph:
     """A task graph of just ``schedule``'s steps on ``devices``; its meta says what collective it is.
 
     Task ``i`` is step ``i`` (rank ``r`` on ``devices[r]``; labels ``"{algorithm}:{phase}"``). There
@@ -127,9 +156,10 @@ def collective_taskgraph(schedule: Schedule, devices: Sequence[str], element_byt
     sharing the schedule's arrays where their dtype already matches (read-only by convention),
     because a ring at p = 4096 has 33 million steps and every extra pass over them costs a
     noticeable fraction of a second. Constant columns are ``np.zeros``, whose pages are never
-    touched.
+    touched. ``protocol`` and ``call_overhead_s`` as in :func:`lower_schedule`.
     """
     p = schedule.num_ranks
+    message = _message_columns(schedule, protocol, call_overhead_s, max_rate_Bps)
     _check_placement(schedule, devices, element_bytes)
     n = schedule.num_steps
     algorithm = schedule.algorithm
@@ -145,6 +175,9 @@ def collective_taskgraph(schedule: Schedule, devices: Sequence[str], element_byt
         priority=np.zeros(n, dtype=np.int64),
         category=np.zeros(n, dtype=np.int64),
         label=schedule.phase.astype(np.int64, copy=False),
+        protocol=message.get("protocol", np.full(n, NO_PROTOCOL, dtype=np.int8)),
+        overhead_s=message.get("overhead_s", np.zeros(n, dtype=np.float64)),
+        max_rate_Bps=message.get("max_rate_Bps", np.full(n, np.inf)),
         dep_offsets=schedule.dep_offsets,
         dep_indices=schedule.dep_indices,
         categories=(category_name(schedule),),
@@ -155,9 +188,42 @@ def collective_taskgraph(schedule: Schedule, devices: Sequence[str], element_byt
                 "kind": schedule.collective,
                 "ranks": p,
                 "size_bytes": schedule.num_elements * float(element_bytes),
+                **({"protocol": protocol} if protocol else {}),
             }
         },
     )
+
+
+def call_overhead_s(transport: TransportCosts, algorithm: str, protocol: str | None) -> float:
+    """What one collective call costs before its first message: the transport's call latency, and
+    under ``nccl`` NCCL's base latency of the algorithm (``ring`` or ``tree``: the family whose
+    table row applies) and protocol (Simple when none)."""
+    cost = transport.call_latency_s
+    if transport.kind == "nccl":
+        row = BASE_LATENCY_US["tree" if "tree" in algorithm else "ring"]
+        cost += row[PROTOCOLS.index(protocol or "simple")] * 1e-6
+    return cost
+
+
+def _message_columns(
+    schedule: Schedule, protocol: str | None, call_overhead_s: float, max_rate_Bps: float
+) -> dict[str, np.ndarray]:
+    """The ``protocol``, ``overhead_s`` and ``max_rate_Bps`` columns of a lowered schedule (none
+    when unused)."""
+    n = schedule.num_steps
+    columns: dict[str, np.ndarray] = {}
+    if protocol is not None:
+        if protocol not in PROTOCOLS:
+            raise PlanError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
+        code = PROTOCOLS.index(protocol) + (TREE_STEP if "tree" in schedule.algorithm else 0)
+        columns["protocol"] = np.full(n, code, dtype=np.int8)
+    if max_rate_Bps != float("inf"):
+        if not max_rate_Bps > 0:
+            raise PlanError(f"max_rate_Bps must be > 0, got {max_rate_Bps}")
+        columns["max_rate_Bps"] = np.full(n, float(max_rate_Bps))
+    if call_overhead_s:
+        columns["overhead_s"] = np.where(np.diff(schedule.dep_offsets) == 0, float(call_overhead_s), 0.0)
+    return columns
 
 
 def category_name(schedule: Schedule) -> str:

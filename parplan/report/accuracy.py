@@ -81,13 +81,7 @@ def table_notes(result: TableResult) -> list[str]:
     if spec.measured != "time_us" and result.rounding_pct >= 1:
         notes[0] += f"; printed precision alone allows up to ±{result.rounding_pct:.1f}%"
     if spec.nccl_algo is not None:
-        if result.algorithm_forced is not None:
-            notes.append(f"NCCL_ALGO={spec.nccl_algo}: predicted with {result.algorithm_forced}")
-        else:
-            notes.append(
-                f"NCCL_ALGO={spec.nccl_algo} has no parplan counterpart yet: predicted with the fastest"
-                " registered algorithm"
-            )
+        notes.append(f"NCCL_ALGO={spec.nccl_algo}: auto restricted to {result.algorithm_forced}")
     if spec.note:
         notes.append(spec.note)
     return notes

@@ -64,7 +64,7 @@ def _finite(x: float) -> float | None:
 
 def row_document(row: CollectiveRow) -> dict[str, Any]:
     """The JSON form of a row."""
-    return {
+    doc: dict[str, Any] = {
         "algorithm": row.algorithm,
         "ranks": row.ranks,
         "size_bytes": row.size_bytes,
@@ -73,6 +73,9 @@ def row_document(row: CollectiveRow) -> dict[str, Any]:
         "algbw_GBps": _finite(row.algbw_GBps),
         "busbw_GBps": _finite(row.busbw_GBps),
     }
+    if row.chosen is not None:
+        doc["chosen"] = row.chosen
+    return doc
 
 
 def collective_document(sweep: CollectiveSweep) -> dict[str, Any]:
@@ -163,6 +166,9 @@ def collective_view(sweep: CollectiveSweep, dtype: str, *, note: bool = True) ->
     if len(names) == 1:
         for col in ("time", "algbw", "busbw"):
             table.add_column(col, justify="right", no_wrap=True)
+        chosen = any(row.chosen for row in sweep.rows)
+        if chosen:
+            table.add_column("ran", no_wrap=True)
         for row in sweep.rows:
             table.add_row(
                 hz.size(row.size_bytes),
@@ -170,6 +176,7 @@ def collective_view(sweep: CollectiveSweep, dtype: str, *, note: bool = True) ->
                 hz.seconds(row.time_s),
                 hz.bandwidth(row.algbw_GBps * 1e9),
                 hz.bandwidth(row.busbw_GBps * 1e9),
+                *([row.chosen or ""] if chosen else []),
             )
         return Group(*parts, Fitted(table, "table", log), FitNote(log), *_warnings(sweep))
     for name in names:

@@ -35,9 +35,11 @@ leave open are named here:
 Nodes carry ``kind`` ("device" or "switch") and ``role`` ("host", "switch", "edge", "aggregation",
 "core", "node_switch", "nic", "fabric", or "device"/"switch" for explicit ones); devices carry the
 compute attributes of :class:`~parplan.topology.network.DeviceInfo`. Each direction of a link is an
-edge with ``bandwidth_Bps``, ``latency_s``, ``channel`` and ``channel_name``. Channels are numbered in
-the order links are laid down: a full-duplex link ``a``-``b`` takes channel ``c`` for ``a->b`` and
-``c+1`` for ``b->a``; a half-duplex link takes one channel, named ``a<->b``, for both directions.
+edge with ``bandwidth_Bps`` (the line rate), ``latency_s``, ``channel``, ``channel_name``,
+``link_class`` (or ``None``) and ``efficiency`` (the share of the line rate payload gets).
+Channels are numbered in the order links are laid down: a full-duplex link ``a``-``b`` takes
+channel ``c`` for ``a->b`` and ``c+1`` for ``b->a``; a half-duplex link takes one channel, named
+``a<->b``, for both directions.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ from parplan.config.cluster import (
     RingGenerator,
     SwitchGenerator,
     Torus2DGenerator,
+    TransportCosts,
+    TransportSpec,
+    default_transport,
 )
 from parplan.errors import TopologyError
 from parplan.topology.network import Network, Router, shortest_hop_route, spread_route
@@ -86,6 +91,7 @@ class _Builder:
                 None if template.memory_bandwidth_Bps is None else float(template.memory_bandwidth_Bps)
             ),
             group=group,
+            arch=template.arch,
         )
 
     def switch(self, name: str, role: str, origin: str) -> None:
@@ -134,6 +140,8 @@ class _Builder:
                 channel=ch,
                 channel_name=label,
                 full_duplex=bool(template.full_duplex),
+                link_class=template.link_class,
+                efficiency=template.achievable_efficiency,
             )
 
 
@@ -169,9 +177,18 @@ def build_network(spec: ClusterSpec, router: Router | None = None) -> Network:
     for link in spec.links:
         b.link(link.a, link.b, link, what="link")
     _check_connected(b.graph, spec.name)
+    b.graph.graph["hardware"] = spec.hardware
     if router is None:
         router = default_router(spec)
-    return Network(b.graph, name=spec.name, router=router)
+    return Network(b.graph, name=spec.name, router=router, transport=cluster_transport(spec, b.graph))
+
+
+def cluster_transport(spec: ClusterSpec, graph: nx.DiGraph) -> TransportCosts:
+    """The cluster's transport: the file's, else the default its link classes imply."""
+    if spec.transport is not None:
+        return spec.transport.resolved()
+    classes = {str(c) for _, _, c in graph.edges(data="link_class") if c}
+    return TransportSpec(kind=default_transport(classes)).resolved()
 
 
 def default_router(spec: ClusterSpec) -> Router:

@@ -1,11 +1,15 @@
 """The communication graph: devices, switches and directed links, with cached deterministic routes.
 
 A :class:`Network` wraps a networkx ``DiGraph`` whose nodes carry ``kind`` ("device" or "switch")
-and, for devices, their compute attributes; every directed edge carries ``bandwidth_Bps``,
-``latency_s`` and ``channel``: the index of the bandwidth resource it uses. Full-duplex links give
-each direction its own channel; a half-duplex link's two directions share one. The engine shares
-bandwidth per channel, so ``channel_bandwidth_Bps`` and ``channel_names`` are what it reads (an
+and, for devices, their compute attributes; every directed edge carries ``bandwidth_Bps`` (line
+rate), ``latency_s`` and ``channel``: the index of the bandwidth resource it uses, and optionally
+``efficiency`` (share of the line rate that carries payload, default 1) and ``link_class``.
+Full-duplex links give each direction its own channel; a half-duplex link's two directions share
+one. The engine shares bandwidth per channel, so ``channel_bandwidth_Bps`` (line rate x
+efficiency: what payload gets), ``channel_names`` and ``channel_hardware`` are what it reads (an
 edge's optional ``channel_name`` attribute names its channel; otherwise ``"u->v"``).
+``transport`` is the cluster's per-message cost profile
+(:class:`~parplan.config.cluster.TransportCosts`; ``ideal`` unless given).
 
 Routing is pluggable (any :data:`Router`); the default, :func:`shortest_hop_route`, is the
 deterministic rule of :mod:`parplan.topology.routing` and :func:`spread_route` its D-mod-k variant.
@@ -22,11 +26,16 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
+from parplan.config.cluster import NETWORK_CLASSES, TransportCosts
 from parplan.errors import TopologyError
 from parplan.topology.routing import RoutingTables, TieBreak
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+
+HW_NVLINK, HW_PCIE, HW_NET = 0, 1, 2
+"""Hardware codes of channels (NCCL's NVLINK / PCI / NET): a route's is the largest it crosses.
+Links without a class count as NET (they are assumed to leave the node)."""
 
 Router = Callable[["Network", str, str], list[str]]
 """A routing function: the node path from one device to another (both ends included)."""
@@ -43,6 +52,7 @@ class DeviceInfo:
     memory_bytes: float
     memory_bandwidth_Bps: float | None
     group: str | None
+    arch: str | None = None
 
     @property
     def effective_flop_per_s(self) -> float:
@@ -53,26 +63,35 @@ class DeviceInfo:
 class Network:
     """A cluster as a graph, with link arrays and cached routes for the engine."""
 
-    def __init__(self, graph: nx.DiGraph, name: str = "cluster", router: Router | None = None) -> None:
+    def __init__(
+        self,
+        graph: nx.DiGraph,
+        name: str = "cluster",
+        router: Router | None = None,
+        transport: TransportCosts | None = None,
+    ) -> None:
         self.graph = graph
         self.name = name
+        self.transport = transport or TransportCosts("ideal")
         self.devices: tuple[str, ...] = tuple(
             n for n, d in graph.nodes(data=True) if d.get("kind") == "device"
         )
         if not self.devices:
             raise TopologyError(f"cluster {name!r} has no devices")
         self._device_index = {d: i for i, d in enumerate(self.devices)}
-        channels: dict[int, tuple[float, str]] = {}
+        channels: dict[int, tuple[float, str, int]] = {}
         for u, v, data in graph.edges(data=True):
             ch = int(data["channel"])
             label = str(data.get("channel_name", f"{u}->{v}"))
-            channels.setdefault(ch, (float(data["bandwidth_Bps"]), label))
+            rate = float(data["bandwidth_Bps"]) * float(data.get("efficiency", 1.0))
+            channels.setdefault(ch, (rate, label, _hardware(data.get("link_class"))))
         if sorted(channels) != list(range(len(channels))):
             raise TopologyError("link channels must be numbered 0..C-1")
         self.channel_bandwidth_Bps = np.array(
             [channels[c][0] for c in range(len(channels))], dtype=np.float64
         )
         self.channel_names: tuple[str, ...] = tuple(channels[c][1] for c in range(len(channels)))
+        self.channel_hardware = np.array([channels[c][2] for c in range(len(channels))], dtype=np.int64)
         self._router: Router = router or shortest_hop_route
         self._route_cache: dict[tuple[str, str], tuple[IntArray, float]] = {}
         self._routing_tables: dict[str, RoutingTables] = {}
@@ -97,6 +116,7 @@ class Network:
             memory_bytes=float(d["memory_bytes"]),
             memory_bandwidth_Bps=d.get("memory_bandwidth_Bps"),
             group=d.get("group"),
+            arch=d.get("arch"),
         )
 
     def groups(self) -> dict[str, list[str]]:
@@ -170,6 +190,17 @@ class Network:
             tables = RoutingTables(self.graph, tie_break, name=self.name)
             self._routing_tables[tie_break] = tables
         return tables
+
+
+def _hardware(link_class: object) -> int:
+    """The hardware code of a link class (see :data:`HW_NET`)."""
+    if link_class == "nvlink":
+        return HW_NVLINK
+    if link_class == "pcie":
+        return HW_PCIE
+    if link_class is None or link_class in NETWORK_CLASSES:
+        return HW_NET
+    raise TopologyError(f"unknown link class {link_class!r}")
 
 
 def shortest_hop_route(net: Network, src: str, dst: str) -> list[str]:

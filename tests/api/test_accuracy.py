@@ -15,6 +15,7 @@ from parplan.api.accuracy import (
     BandStats,
     ErrorStats,
     SizeResult,
+    auto_candidates,
     candidate_algorithms,
     error_pct,
     load_cases,
@@ -23,6 +24,7 @@ from parplan.api.accuracy import (
     predict_sizes,
     run_validation,
 )
+from parplan.collectives.auto import STAND_INS
 from parplan.collectives.registry import ALGORITHMS
 from parplan.config.loader import load_cluster
 from parplan.config.nccltests import NcclTestsRow, parse_nccl_tests, read_nccl_tests
@@ -242,8 +244,9 @@ def test_validation_clusters_route_inside_a_node_over_the_node_fabric(path: Path
 
 def test_nccl_algo_counterparts_are_registered() -> None:
     for counterpart in NCCL_ALGO_COUNTERPARTS.values():
-        assert counterpart is None or counterpart in ALGORITHMS
-    assert [algorithm_name(s) for s in candidate_algorithms()] == list(ALGORITHMS)
+        assert counterpart in STAND_INS  # an algorithm of NCCL's tuner, run by auto
+    assert [algorithm_name(s) for s in candidate_algorithms()] == [n for n in ALGORITHMS if n != "auto"]
+    assert [s.algorithm for s in auto_candidates("tree")] == ["tree"]
     assert [algorithm_name(s) for s in candidate_algorithms("double_binary_tree")] == ["double_binary_tree"]
 
 
@@ -387,7 +390,8 @@ def test_run_validation_passes_within_and_fails_above_thresholds(tmp_path: Path)
     report = run_validation(loose)
     assert report.passed and not report.failures
     (table,) = report.tables
-    assert table.algorithm_forced == "ring" and {r.algorithm for r in table.rows} == {"ring"}
+    assert table.algorithm_forced == "ring"
+    assert all(r.algorithm.startswith("auto=ring/simple/") for r in table.rows)
     assert report.simulations_run == report.simulations_possible == 3
     assert report.overall.large.count == 3 and report.overall.small.count == 0
 

@@ -33,7 +33,8 @@ def test_sizes() -> None:
 
 
 def test_expand_algorithms() -> None:
-    assert [s.name for s in expand_algorithms("all")] == list(ALGORITHMS)
+    assert [s.name for s in expand_algorithms("all")] == [n for n in ALGORITHMS if n != "auto"]
+    assert [s.name for s in expand_algorithms("auto")] == ["auto"]
     assert [algorithm_label(s) for s in expand_algorithms(" tree:3 ,, ring:2")] == ["tree:3", "ring:2"]
     with pytest.raises(CollectiveError, match=r"valid: centralized, .*, all"):
         expand_algorithms("butterfly")

@@ -53,8 +53,8 @@ def test_tables_summary_and_thresholds() -> None:
     assert "h100x4-nvswitch-algo-ring: 4 ranks on hgx-h100-8gpu (HGX H100 box)" in out
     assert "│  256 MiB │  1.19 ms │" in out  # 268435456 B measured at 1187.29 us: numbers for people
     assert not re.search(r"\d[eE][+-]?\d", out)
-    assert "NCCL_ALGO=Ring: predicted with ring" in out
-    assert "NCCL_ALGO=NVLS has no parplan counterpart yet" in out
+    assert "NCCL_ALGO=Ring: auto restricted to ring" in out
+    assert "NCCL_ALGO=NVLS: auto restricted to nvls" in out
     assert "summary: median and max |error|" in out
     assert "median |error|, >= 64 MiB" in out
     assert "[1/2] h100x4-nvswitch-algo-ring" in err and "[2/2]" in err
@@ -76,7 +76,8 @@ def test_json_to_stdout_only() -> None:
     row = ring["rows"][0]
     assert row["size_bytes"] == 268435456 and row["measured_s"] == 1187.29e-6
     assert row["error_pct"] == (row["predicted_s"] - row["measured_s"]) / row["measured_s"] * 100
-    assert doc["tables"][1]["algorithm_forced"] is None
+    assert doc["tables"][1]["algorithm_forced"] == "nvls"
+    assert row["algorithm"].startswith("auto=ring/simple/")
     assert doc["summary"]["overall"]["overall"]["count"] == 6
     assert {c["band"] for c in doc["checks"]} == {"overall", "large", "small"}
 
@@ -93,7 +94,7 @@ def test_exit_1_above_a_threshold_names_it(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate", "--manifest", manifest, "--json", "-"])
     assert result.exit_code == 1
     assert json.loads(result.stdout)["passed"] is False
-    assert "error: median |error|, all sizes is 19.6%, above the threshold 5.0%" in result.stderr
+    assert "error: median |error|, all sizes is 5.7%, above the threshold 5.0%" in result.stderr
     assert "max |error|" not in result.stderr
 
 

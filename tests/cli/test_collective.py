@@ -75,7 +75,7 @@ def test_sweep_table_like_all_reduce_perf() -> None:
     lines = result.stdout.splitlines()
     assert "all_reduce on lab-4x-t4: 4 ranks, float32, simulated" in lines[0]
     header = next(line for line in lines if " size " in line)
-    assert header.split()[1::2] == ["size", "count", "time", "algbw", "busbw"]
+    assert header.split()[1::2] == ["size", "count", "time", "algbw", "busbw", "ran"]  # ran: what auto picked
     sizes = [line.split("│")[1].strip() for line in lines if line.startswith("│")]
     assert sizes == ["8 B", "16 B", "32 B", "64 B", "128 B", "256 B", "512 B", "1.00 KiB"]  # for people
 

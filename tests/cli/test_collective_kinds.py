@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parplan.api.collective import bus_factor, default_algorithm, run_collective
-from parplan.collectives.registry import algorithms
+from parplan.collectives.registry import schedules
 from parplan.collectives.schedule import COLLECTIVES
 from parplan.errors import CollectiveError
 from tests.cli.test_collective import SWITCH, app
@@ -38,7 +38,7 @@ def test_every_collective_is_timed_with_its_busbw(collective: str) -> None:
     doc = _json("--collective", collective, "-a", "all", "--size", "1MiB")
     assert doc["collective"] == collective
     rows = doc["results"]
-    assert {r["algorithm"].split(":")[0] for r in rows} == set(algorithms(collective))
+    assert {r["algorithm"].split(":")[0] for r in rows} == set(schedules(collective))  # 'all': not auto
     for r in rows:
         assert r["time_s"] > 0
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * BUS_FACTORS[collective])
@@ -47,7 +47,7 @@ def test_every_collective_is_timed_with_its_busbw(collective: str) -> None:
 
 
 def test_default_algorithm_per_collective_and_the_table_title() -> None:
-    assert [default_algorithm(c) for c in COLLECTIVES] == ["ring", "ring", "ring", "tree", "tree"]
+    assert [default_algorithm(c) for c in COLLECTIVES] == ["auto", "ring", "ring", "tree", "tree"]
     doc = _json("--collective", "broadcast", "--size", "1MiB")
     assert [r["algorithm"] for r in doc["results"]] == ["tree"]
     table = runner.invoke(app, ["collective", "--cluster", SWITCH, "--collective", "reduce", "-s", "1KiB"])

@@ -157,7 +157,7 @@ def test_collective_json_and_csv_take_a_file_or_stdout(tmp_path: Path) -> None:
     assert "all_reduce on lab-4x-t4" in both.stdout  # files asked for: the table still prints
     assert json.loads(target.read_text())["results"][0]["size_bytes"] == 1024
     (row,) = csv.DictReader(io.StringIO(table.read_text()))
-    assert row["size_bytes"] == "1024" and row["algorithm"] == "ring"
+    assert row["size_bytes"] == "1024" and row["algorithm"] == "auto"  # the all-reduce default
     again = invoke("collective", "-c", SWITCH, "-s", "1KiB", "--json", str(target))
     assert again.exit_code == 0, again.output  # a report of parplan's own is written over
     csv_out = invoke("collective", "-c", SWITCH, "-s", "1KiB", "--csv", "-")

@@ -55,6 +55,7 @@ VARIANTS: list[Any] = [
     "hierarchical",
     "hierarchical:group",
     "nccl_tree",
+    "auto",  # without a GPU architecture: the ring
 ]
 
 
