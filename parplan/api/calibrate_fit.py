@@ -292,7 +292,10 @@ def fit(
         names = ", ".join(params[j].key for j in keep)
         raise ConfigError(
             Issue(
-                "", "", f"too few points to fit: {len(measured)} sizes for {len(keep)} parameters ({names})"
+                "",
+                "",
+                f"too few points to fit: {len(measured)} size{'s' if len(measured) != 1 else ''} for "
+                f"{len(keep)} parameters ({names}); measure more sizes",
             )
         )
     free = [params[j] for j in keep]
