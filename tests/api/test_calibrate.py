@@ -268,7 +268,7 @@ def test_sizes_not_increasing(tmp_path: Path) -> None:
 
 def test_too_few_points(synthetic: tuple[Path, list[Path]], tmp_path: Path) -> None:
     cluster, _ = synthetic
-    log = _log(tmp_path, nccl_tests_text("all_reduce", 4, SIZES[:1], synthetic_times(4)[:1]))
+    log = _log(tmp_path, nccl_tests_text("all_reduce", 2, SIZES[:1], synthetic_times(2)[:1]))
     with pytest.raises(ConfigError) as excinfo:
         calibrate(cluster, [log], date="x")
     assert "too few points to fit: 1 size for 2 parameters" in _message(excinfo)
