@@ -10,12 +10,12 @@ network namespace. Each host gets a veth pair: ``pp0`` inside the host (an addre
   rates, as through a switch;
 - delay: a ``netem`` child of each tbf adds the host's one-way delay in both directions (a packet
   from host a to host b waits a's delay, then b's: a link's latency per hop, as parplan's cost
-  model counts it). Kernels built without netem (this is checked, not assumed) fall back to
-  ``delay_mode == "none"``: tc has no other qdisc that holds packets for a time (tbf's ``latency``
-  only bounds its queue, htb and pfifo only pace or queue), so the delay is NOT applied and
-  :attr:`EmulatedCluster.unapplied_delay_s` says how much was asked for; the caller reports it (or
-  refuses, ``require_delay=True``). Measurements then see only the kernel stack's own latency
-  (tens of microseconds), which is the documented limit of such machines.
+  model counts it). Kernels built without netem (this is checked, not assumed: tc has no other
+  qdisc that holds packets for a time; tbf's ``latency`` only bounds its queue, htb and pfifo only
+  pace or queue) get the same delays from a user-space relay per host
+  (:mod:`parplan.runtime.delayrelay`: a TUN device its own outgoing packets are routed through,
+  held for the sender's plus the receiver's delay). Its limits are in that module; ``delay_mode``
+  says which was used.
 
 Teardown deletes every namespace carrying the cluster's prefix (which takes its veths and bridge
 with it) after stopping the processes still running in them; it runs on success, on error and on
@@ -35,6 +35,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -82,13 +83,15 @@ class EmulatedCluster:
     hosts: list[EmulatedHostSpec]
     subnet: str
     delay_mode: str
-    """``netem`` (delays applied) or ``none`` (this kernel has no netem: delays not applied)."""
+    """How delays are applied: ``netem``; ``relay`` (no netem here: a user-space relay per host,
+    :mod:`parplan.runtime.delayrelay`); ``none`` (no host asks for delay)."""
     namespaces: list[str] = field(default_factory=list)
+    relays: list[subprocess.Popen[str]] = field(default_factory=list)
 
     @property
     def unapplied_delay_s(self) -> float:
         """The largest per-host delay that was asked for but not applied (0 when all were)."""
-        if self.delay_mode == "netem":
+        if self.delay_mode in ("netem", "relay"):
             return 0.0
         return max((h.delay_s for h in self.hosts), default=0.0)
 
@@ -234,6 +237,10 @@ def pick_subnet() -> ipaddress.IPv4Network:
 
 # -- building -------------------------------------------------------------------------------------------
 
+DELAY_METHODS = ("auto", "netem", "relay", "off")
+"""How delays are applied: ``auto`` netem where the kernel has it, else the relay; ``off`` not at all."""
+RELAY_TABLE = "100"
+"""The routing table that sends a host's own packets to the subnet through its delay relay."""
 
 _netem: bool | None = None
 
@@ -248,74 +255,93 @@ def netem_available(probe_namespace: str) -> bool:
     return _netem
 
 
+def _delay_mode(method: str, hosts: Sequence[EmulatedHostSpec], probe_namespace: str) -> str:
+    """``netem``, ``relay`` or ``none`` (no delay asked for, or ``off``)."""
+    if method not in DELAY_METHODS:
+        raise EmulationError(f"delay method {method!r}: one of {', '.join(DELAY_METHODS)}")
+    if method == "off" or not any(h.delay_s > 0 for h in hosts):
+        return "none"
+    has_netem = netem_available(probe_namespace)
+    if method == "netem" and not has_netem:
+        raise EmulationError("this kernel has no netem qdisc (delay method 'netem')")
+    if method == "auto" and has_netem:
+        return "netem"
+    if method != "netem" and not os.path.exists("/dev/net/tun"):
+        raise EmulationError("no netem qdisc and no /dev/net/tun here: the hosts' delays cannot be applied")
+    return "netem" if method == "netem" else "relay"
+
+
 def _shape(namespace: str, dev: str, host: EmulatedHostSpec, netem: bool) -> None:
     """tbf at the host's rate on ``dev``'s egress, with a netem child adding its delay."""
     rate_bit = max(int(host.bandwidth_Bps * 8), 8000)
     burst_bytes = max(4 * MTU_BYTES, int(host.bandwidth_Bps * 0.001))  # 1 ms of traffic, 4 frames at least
-    limit_bytes = max(2 * burst_bytes, int(host.bandwidth_Bps * QUEUE_S))
+    # a switch port's buffer, plus the round trip's worth one TCP stream needs to fill a slow link
+    limit_bytes = max(2 * burst_bytes, int(host.bandwidth_Bps * (QUEUE_S + 2 * host.delay_s)))
     tc = ["tc", "-n", namespace, "qdisc", "add", "dev", dev]
     shaping = ["tbf", "rate", f"{rate_bit}bit", "burst", str(burst_bytes), "limit", str(limit_bytes)]
     _run([*tc, "root", "handle", "1:", *shaping])
     if netem and host.delay_s > 0:
-        delay_us = max(1, round(host.delay_s * 1e6))
-        limit_packets = max(1000, int(host.bandwidth_Bps * (host.delay_s + QUEUE_S) / MTU_BYTES) * 2)
-        _run(
-            [
-                *tc,
-                "parent",
-                "1:1",
-                "handle",
-                "10:",
-                "netem",
-                "delay",
-                f"{delay_us}us",
-                "limit",
-                str(limit_packets),
-            ]
-        )
+        delay = f"{max(1, round(host.delay_s * 1e6))}us"
+        limit_packets = str(max(1000, int(host.bandwidth_Bps * (host.delay_s + QUEUE_S) / MTU_BYTES) * 2))
+        _run([*tc, "parent", "1:1", "handle", "10:", "netem", "delay", delay, "limit", limit_packets])
 
 
-def _build(prefix: str, hosts: Sequence[EmulatedHostSpec]) -> EmulatedCluster:
-    """Make the namespaces, bridge, veths, addresses and shaping of one cluster."""
+def _start_relays(cluster: EmulatedCluster) -> None:
+    """Start every host's delay relay (at once: each is a Python start-up), then route each host's
+    own packets to the subnet through its relay."""
+    for index, slot in enumerate(cluster.slots):
+        own_delay_s = cluster.hosts[index].delay_s
+        pairs = zip(cluster.slots, cluster.hosts, strict=True)
+        delays = [f"{peer.address}={own_delay_s + host.delay_s!r}" for peer, host in pairs]
+        argv = [*slot.wrapper, sys.executable, "-m", "parplan.runtime.delayrelay", *delays]
+        pipe = subprocess.PIPE
+        cluster.relays.append(subprocess.Popen(argv, stdout=pipe, stderr=pipe, text=True))
+    for index, (slot, relay) in enumerate(zip(cluster.slots, cluster.relays, strict=True)):
+        if relay.stdout is None or relay.stdout.readline().strip() != "ready":
+            lines = relay.stderr.read().strip().splitlines() if relay.stderr else []
+            error = lines[-1] if lines else f"exit code {relay.wait()}"
+            raise EmulationError(f"the delay relay of {slot.name} did not start: {error}")
+        namespace = cluster.namespaces[index + 1]
+        _run(["ip", "-n", namespace, "link", "set", "ppd", "up"])
+        route = [cluster.subnet, "dev", "ppd", "src", slot.address, "table", RELAY_TABLE]
+        _run(["ip", "-n", namespace, "route", "add", *route])
+        _run(["ip", "-n", namespace, "rule", "add", "pref", "100", "iif", "lo", "lookup", RELAY_TABLE])
+
+
+def _add_host(cluster: EmulatedCluster, index: int, address: str, prefixlen: int) -> None:
+    """Host ``index``: its namespace, its veth pair to the bridge, its address and its shaping."""
+    host, switch = cluster.hosts[index], cluster.namespaces[0]
+    namespace, port = f"{cluster.prefix}h{index}", f"h{index}"
+    _run(["ip", "netns", "add", namespace])
+    cluster.namespaces.append(namespace)
+    veth = ["type", "veth", "peer", "name", HOST_IFNAME, "netns", namespace]
+    _run(["ip", "-n", switch, "link", "add", port, *veth])
+    _run(["ip", "-n", switch, "link", "set", port, "master", "br0", "up"])
+    _run(["ip", "-n", namespace, "link", "set", "lo", "up"])
+    _run(["ip", "-n", namespace, "addr", "add", f"{address}/{prefixlen}", "dev", HOST_IFNAME])
+    _run(["ip", "-n", namespace, "link", "set", HOST_IFNAME, "up"])
+    netem = cluster.delay_mode == "netem"
+    _shape(namespace, HOST_IFNAME, host, netem)
+    _shape(switch, port, host, netem)
+    wrapper = ("ip", "netns", "exec", namespace)
+    cluster.slots.append(HostSlot(host.name, address, host.nproc, wrapper, HOST_IFNAME))
+
+
+def _build(cluster: EmulatedCluster, delay_method: str) -> None:
+    """Make the namespaces, bridge, veths, addresses, shaping and relays of ``cluster``."""
     subnet = pick_subnet()
-    switch = f"{prefix}sw"
+    cluster.subnet = str(subnet)
+    switch = f"{cluster.prefix}sw"
     _run(["ip", "netns", "add", switch])
+    cluster.namespaces.append(switch)
     _run(["ip", "-n", switch, "link", "set", "lo", "up"])
     _run(["ip", "-n", switch, "link", "add", "br0", "type", "bridge"])
     _run(["ip", "-n", switch, "link", "set", "br0", "up"])
-    netem = netem_available(switch)
-    cluster = EmulatedCluster(prefix, [], list(hosts), str(subnet), "netem" if netem else "none", [switch])
-    for i, host in enumerate(hosts):
-        namespace, port = f"{prefix}h{i}", f"h{i}"
-        address = str(subnet.network_address + i + 1)
-        _run(["ip", "netns", "add", namespace])
-        cluster.namespaces.append(namespace)
-        _run(
-            [
-                "ip",
-                "-n",
-                switch,
-                "link",
-                "add",
-                port,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                HOST_IFNAME,
-                "netns",
-                namespace,
-            ]
-        )
-        _run(["ip", "-n", switch, "link", "set", port, "master", "br0", "up"])
-        _run(["ip", "-n", namespace, "link", "set", "lo", "up"])
-        _run(["ip", "-n", namespace, "addr", "add", f"{address}/{subnet.prefixlen}", "dev", HOST_IFNAME])
-        _run(["ip", "-n", namespace, "link", "set", HOST_IFNAME, "up"])
-        _shape(namespace, HOST_IFNAME, host, netem)
-        _shape(switch, port, host, netem)
-        wrapper = ("ip", "netns", "exec", namespace)
-        cluster.slots.append(HostSlot(host.name, address, host.nproc, wrapper, HOST_IFNAME))
-    return cluster
+    cluster.delay_mode = _delay_mode(delay_method, cluster.hosts, switch)
+    for i in range(len(cluster.hosts)):
+        _add_host(cluster, i, str(subnet.network_address + i + 1), subnet.prefixlen)
+    if cluster.delay_mode == "relay":
+        _start_relays(cluster)
 
 
 # -- signals ------------------------------------------------------------------------------------------
@@ -354,35 +380,34 @@ def _signals_held() -> Iterator[None]:
 
 @contextlib.contextmanager
 def emulated_network(
-    hosts: Sequence[EmulatedHostSpec], *, prefix: str | None = None, require_delay: bool = False
+    hosts: Sequence[EmulatedHostSpec], *, prefix: str | None = None, delay_method: str = "auto"
 ) -> Iterator[EmulatedCluster]:
     """Build an emulated cluster of ``hosts``, yield what was built, and always tear it down.
 
-    ``require_delay``: refuse (EmulationError) when a host asks for delay and the kernel has no
-    netem, rather than running without it.
+    ``delay_method`` (:data:`DELAY_METHODS`): ``auto`` applies the hosts' delays with netem where
+    the kernel has it and with the user-space relay where not; ``netem`` or ``relay`` insist on
+    one (an EmulationError when it is missing); ``off`` applies none.
     """
     check_can_emulate()
     check_hosts(hosts)
-    prefix = prefix or new_prefix()
+    cluster = EmulatedCluster(prefix or new_prefix(), [], list(hosts), "", "none")
     with _signals_unwind():
         try:
-            cluster = _build(prefix, hosts)
-            if require_delay and cluster.unapplied_delay_s > 0:
-                raise EmulationError(
-                    "this kernel has no netem qdisc: the hosts' delays cannot be applied "
-                    f"(up to {cluster.unapplied_delay_s * 1e3:g} ms asked for)"
-                )
+            _build(cluster, delay_method)
             yield cluster
         finally:
             with _signals_held():
-                cleanup_stale(prefix)
+                cleanup_stale(cluster.prefix)
+                for relay in cluster.relays:
+                    relay.kill()
+                    relay.communicate()
 
 
 @contextlib.contextmanager
 def emulated_cluster(
-    hosts: Sequence[EmulatedHostSpec], *, prefix: str | None = None, require_delay: bool = False
+    hosts: Sequence[EmulatedHostSpec], *, prefix: str | None = None, delay_method: str = "auto"
 ) -> Iterator[list[HostSlot]]:
     """The host slots of an emulated cluster of ``hosts`` (:func:`emulated_network`), torn down on
     leaving, whatever the reason."""
-    with emulated_network(hosts, prefix=prefix, require_delay=require_delay) as cluster:
+    with emulated_network(hosts, prefix=prefix, delay_method=delay_method) as cluster:
         yield cluster.slots
