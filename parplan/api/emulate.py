@@ -180,6 +180,8 @@ class EmulationCheck:
     """What ``parplan emulate CLUSTER --check`` found."""
 
     cluster: str
+    prefix: str
+    """The namespaces' name prefix (all torn down by the time the check returns)."""
     hosts: list[EmulatedHostSpec]
     slots: list[HostSlot]
     subnet: str
@@ -258,6 +260,7 @@ def check_emulation(
         rtts, rates = _measure(cluster, size_bytes)
     return EmulationCheck(
         spec.name,
+        cluster.prefix,
         hosts,
         cluster.slots,
         cluster.subnet,

@@ -52,7 +52,7 @@ def emulate(
     ] = "auto",
     size: Annotated[
         str | None,
-        typer.Option("--size", "-s", help="Bytes each --check rate probe sends (default: about 2 s of traffic)."),
+        typer.Option("--size", "-s", help="Bytes each --check rate probe sends (default: ~2 s of traffic)."),
     ] = None,
 ) -> None:
     """Emulate a cluster with network namespaces: show, --check or run a command on it."""

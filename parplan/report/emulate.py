@@ -84,5 +84,5 @@ def check_view(check: EmulationCheck) -> RenderableType:
     summary = f"subnet {check.subnet}, delays by {check.delay_mode}; median RTT {median}"
     if check.rates:
         summary += f", worst rate off by {hz.percent(check.worst_rate_error)} (TCP/IP headers take ~4%)"
-    parts.append(summary + "; torn down")
+    parts.append(f"{summary}; namespaces {check.prefix}* torn down")
     return Group(*parts)

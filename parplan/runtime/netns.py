@@ -228,8 +228,11 @@ def _machine_networks() -> list[ipaddress.IPv4Network]:
 def pick_subnet() -> ipaddress.IPv4Network:
     """A random /24 in 10.200.0.0 - 10.254.255.0 that overlaps none of the machine's networks."""
     taken = _machine_networks()
-    for _ in range(200):
-        candidate = ipaddress.IPv4Network(f"10.{200 + secrets.randbelow(55)}.{secrets.randbelow(256)}.0/24")
+    count = 55 * 256
+    start = secrets.randbelow(count)  # a random one first, then every other in turn
+    for k in range(count):
+        index = (start + k) % count
+        candidate = ipaddress.IPv4Network(f"10.{200 + index // 256}.{index % 256}.0/24")
         if not any(candidate.overlaps(net) for net in taken):
             return candidate
     raise EmulationError("no free private /24 in 10.200.0.0/16 - 10.254.0.0/16 for the emulated hosts")
