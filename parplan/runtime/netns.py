@@ -193,9 +193,12 @@ def _stop_processes(namespace: str) -> None:
             time.sleep(0.05)
 
 
-def cleanup_stale(prefix: str = PREFIX) -> list[str]:
+def cleanup_stale(prefix: str) -> list[str]:
     """Delete every namespace and link named with ``prefix`` (stopping processes in them); returns
-    what was removed. Safe to run at any time: it touches nothing not named so."""
+    what was removed. It touches nothing not named so; ``prefix`` must start with ``pp-``, and
+    ``"pp-"`` itself removes every emulated cluster on the machine, running ones included."""
+    if not prefix.startswith(PREFIX):
+        raise EmulationError(f"prefix {prefix!r}: emulated clusters' names start with {PREFIX!r}")
     removed = []
     for namespace in our_namespaces(prefix):
         _stop_processes(namespace)

@@ -155,7 +155,7 @@ def test_a_transfer_runs_at_the_slower_hosts_rate(prefix: str) -> None:
     hosts = [EmulatedHostSpec("fast", 100 * MBIT_Bps), EmulatedHostSpec("slow", 20 * MBIT_Bps)]
     with emulated_cluster(hosts, prefix=prefix, delay_method="off") as slots:
         servers = _servers(slots)
-        size = str(int(20 * MBIT_Bps * 1.5))
+        size = str(int(20 * MBIT_Bps * 2))  # about 2 s of traffic
         into_slow = json.loads(_probe(slots[0], "rate", size, slots[1].address))[slots[1].address]
         out_of_slow = json.loads(_probe(slots[1], "rate", size, slots[0].address))[slots[0].address]
         for server in servers:
@@ -294,6 +294,11 @@ def test_cleanup_stale_removes_a_killed_runs_namespaces(prefix: str) -> None:
     assert len(_leftovers(prefix)) == 2
     assert sorted(netns.cleanup_stale(prefix)) == [f"{prefix}h0", f"{prefix}sw"]
     assert _leftovers(prefix) == []
+
+
+def test_cleanup_stale_touches_only_names_of_emulated_clusters() -> None:
+    with pytest.raises(EmulationError, match="prefix 'eth': emulated clusters' names start with 'pp-'"):
+        netns.cleanup_stale("eth")
 
 
 def test_the_probe_server_answers_on_loopback() -> None:
