@@ -93,3 +93,8 @@ class UsageError(ParplanError):
     def __init__(self, message: str, option: str | None = None) -> None:
         super().__init__(message)
         self.option = option
+
+
+class EmulationError(ParplanError):
+    """Raised when an emulated cluster (network namespaces shaped with tc) cannot be built or used:
+    no root or CAP_NET_ADMIN, no iproute2, a cluster too large or of a shape it cannot emulate."""
