@@ -1,0 +1,288 @@
+"""``parplan measure``: time collectives on torch.distributed and set them beside parplan's prediction.
+
+The real counterpart of ``parplan collective``. :func:`measure` is the one call the command makes:
+it checks the request, predicts every (algorithm, size) on the cluster file when one is given
+(the same sweep ``parplan collective`` runs, :func:`~parplan.api.collective.collective_sweep`),
+then runs the ranks through :func:`measure_on_hosts`. That function is the seam for emulated
+clusters: it takes the list of :class:`~parplan.runtime.hosts.HostSlot` to run on (``parplan
+emulate`` makes them from network namespaces); without one, the ranks run on this machine over
+the loopback interface.
+
+Algorithms: ``backend`` is the backend's own collective; any registered parplan schedule
+(``ring``, ``tree:2``, ...) runs step by step over send/recv; ``all`` is ``backend`` and every
+schedule of the collective. The backend's own collective is predicted with the algorithm it
+implements: ring for gloo, NCCL's tuner (``auto``) for NCCL (:data:`BACKEND_MODEL`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from parplan.api.collective import ELEMENT_BYTES, bus_factor, default_algorithm, sweep_sizes
+from parplan.errors import ParplanError, UsageError
+from parplan.runtime.hosts import HostSlot, local_host
+from parplan.runtime.launch import Rendezvous, launch
+
+BACKEND = "backend"
+"""The algorithm name of the backend's own collective."""
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+"""The collectives ``parplan measure`` times (torch.distributed has each as one call)."""
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
+"""Element types the ranks can time (torch names)."""
+BACKEND_MODEL = {"gloo": "ring", "nccl": "auto"}
+"""The parplan all-reduce algorithm that predicts each backend's own (gloo runs a ring;
+NCCL chooses per size, as parplan's ``auto`` models)."""
+
+
+def default_ranks() -> int:
+    """Local ranks when none are asked for: one per core, at least 2 and at most 8."""
+    return max(2, min(os.cpu_count() or 2, 8))
+
+
+@dataclass(frozen=True)
+class MeasureRequest:
+    """What to time: a checked request (see :func:`measure_request`)."""
+
+    collective: str
+    algorithms: tuple[str, ...]
+    sizes: tuple[tuple[int, int], ...]
+    """``(size_bytes, count)`` pairs; for all-gather and reduce-scatter count is a multiple of ranks."""
+    dtype: str = "float32"
+    warmup_iters: int = 5
+    iters: int = 20
+    backend: str = "auto"
+    timeout_s: float = 300.0
+
+    def worker_args(self) -> list[str]:
+        """The options :mod:`parplan.runtime.measure_worker` takes for this request."""
+        return [
+            "--collective", self.collective,
+            "--algorithms", ",".join(self.algorithms),
+            "--counts", ",".join(str(count) for _, count in self.sizes),
+            "--dtype", self.dtype,
+            "--warmup", str(self.warmup_iters),
+            "--iters", str(self.iters),
+            "--backend", self.backend,
+        ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One (algorithm, size): measured as nccl-tests does, and predicted when a cluster was given."""
+
+    collective: str
+    algorithm: str
+    ranks: int
+    size_bytes: int
+    count: int
+    time_s: float
+    wrong: int
+    predicted_s: float | None = None
+    predicted_as: str | None = None
+    """The parplan algorithm that predicted the row (``backend`` rows name the backend's model)."""
+
+    @property
+    def algbw_GBps(self) -> float:
+        """Algorithm bandwidth: bytes over time, in GB/s (1e9 bytes per second)."""
+        return self.size_bytes / self.time_s / 1e9 if self.time_s > 0 else math.inf
+
+    @property
+    def busbw_GBps(self) -> float:
+        """Bus bandwidth as nccl-tests defines it for the collective."""
+        return self.algbw_GBps * bus_factor(self.collective, self.ranks)
+
+    @property
+    def error(self) -> float | None:
+        """Prediction over measurement minus one (+0.10: parplan predicts 10% slower)."""
+        if self.predicted_s is None or self.time_s <= 0:
+            return None
+        return self.predicted_s / self.time_s - 1.0
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A whole ``parplan measure`` run: its rows and how they were taken."""
+
+    request: MeasureRequest
+    backend: str
+    ranks: int
+    torch_version: str
+    hosts: tuple[str, ...]
+    rows: tuple[MeasuredRow, ...]
+    cluster: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+
+def expand_measure_algorithms(text: str, collective: str) -> tuple[str, ...]:
+    """``backend``, parplan algorithm short forms, a comma list of them, or ``all`` as labels;
+    a :class:`UsageError` for an unknown or unrunnable name."""
+    from parplan.api.collective import algorithm_label, expand_algorithms
+    from parplan.collectives.registry import SELECTORS, schedules
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--algorithm: no algorithm given", "--algorithm")
+    labels: list[str] = []
+    for name in names:
+        if name == "all":
+            labels += [BACKEND, *schedules(collective)]
+        elif name == BACKEND:
+            labels.append(name)
+        elif name.partition(":")[0] in SELECTORS:
+            raise UsageError(
+                f"--algorithm: {name!r} picks an algorithm per call, there is no schedule of its own to"
+                f" run; give 'backend' or one of {', '.join(schedules(collective))}",
+                "--algorithm",
+            )
+        else:
+            try:
+                labels += [algorithm_label(s, collective) for s in expand_algorithms(name, collective)]
+            except ParplanError as exc:
+                raise UsageError(f"{exc}".replace("valid: ", f"valid: {BACKEND}, "), "--algorithm") from None
+    return tuple(dict.fromkeys(labels))
+
+
+def measure_request(
+    *,
+    ranks: int,
+    algorithm: str = BACKEND,
+    collective: str = "all_reduce",
+    size_bytes: float | None = None,
+    min_bytes: float | None = None,
+    max_bytes: float | None = None,
+    step_factor: float = 2.0,
+    dtype: str = "float32",
+    warmup_iters: int = 5,
+    iters: int = 20,
+    backend: str = "auto",
+    timeout_s: float = 300.0,
+) -> MeasureRequest:
+    """A checked :class:`MeasureRequest` for ``ranks`` ranks; one :class:`UsageError` per bad option."""
+    if ranks < 2:
+        raise UsageError(f"--ranks: a measurement needs at least 2 ranks, got {ranks}", "--ranks")
+    if collective not in COLLECTIVES:
+        raise UsageError(f"--collective: {collective!r} cannot be measured; valid: {', '.join(COLLECTIVES)}",
+                         "--collective")  # fmt: skip
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype: unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}", "--dtype")
+    if backend not in ("auto", "gloo", "nccl"):
+        raise UsageError(f"--backend: {backend!r}; valid: auto, gloo, nccl", "--backend")
+    if warmup_iters < 0 or iters < 1:
+        raise UsageError(f"iterations: need -w >= 0 and -n >= 1, got {warmup_iters} and {iters}", "--iters")
+    if not timeout_s > 0:
+        raise UsageError(f"--timeout: must be more than 0 s, got {timeout_s:g}", "--timeout")
+    element_bytes = ELEMENT_BYTES[dtype]
+    sizes = sweep_sizes(
+        size_bytes=size_bytes, min_bytes=min_bytes, max_bytes=max_bytes, step_factor=step_factor,
+        element_bytes=element_bytes,
+    )  # fmt: skip
+    if collective != "all_reduce":  # every rank holds an equal shard, as nccl-tests requires
+        counts = dict.fromkeys(max(ranks, count - count % ranks) for _, count in sizes)
+        sizes = [(count * element_bytes, count) for count in counts]
+    return MeasureRequest(
+        collective=collective,
+        algorithms=expand_measure_algorithms(algorithm, collective),
+        sizes=tuple(sizes),
+        dtype=dtype,
+        warmup_iters=warmup_iters,
+        iters=iters,
+        backend=backend,
+        timeout_s=timeout_s,
+    )
+
+
+def predicted_algorithm(label: str, collective: str, backend: str) -> str:
+    """The parplan algorithm that predicts ``label`` (itself, or the backend's model)."""
+    if label != BACKEND:
+        return label
+    if collective != "all_reduce":
+        return default_algorithm(collective)
+    return BACKEND_MODEL.get(backend, "ring")
+
+
+def predict(
+    cluster: str | Path, request: MeasureRequest, ranks: int, backend: str
+) -> tuple[str, dict[tuple[str, int], float]]:
+    """The cluster's name and ``parplan collective``'s simulated time of every (predicting
+    algorithm, size_bytes) of the request on the cluster file's first ``ranks`` devices."""
+    from parplan.api.collective import collective_sweep
+    from parplan.api.kinds import load_expected
+    from parplan.collectives.registry import parse
+    from parplan.topology.build import build_network
+    from parplan.topology.placement import place
+
+    network = build_network(load_expected(cluster, "cluster", command="parplan measure --cluster"))
+    placement = place(network, None, count=ranks)
+    labels = dict.fromkeys(predicted_algorithm(a, request.collective, backend) for a in request.algorithms)
+    sweep = collective_sweep(
+        network,
+        placement.devices,
+        [parse(label, request.collective) for label in labels],
+        list(request.sizes),
+        element_bytes=ELEMENT_BYTES[request.dtype],
+        groups=[list(g) for g in placement.groups],
+        collective=request.collective,
+    )
+    return network.name, {(row.algorithm, row.size_bytes): row.time_s for row in sweep.rows}
+
+
+def measure_on_hosts(
+    hosts: Sequence[HostSlot],
+    request: MeasureRequest,
+    *,
+    cluster: str | Path | None = None,
+    rendezvous: Rendezvous | None = None,
+) -> Measurement:
+    """Run ``request`` with ranks on ``hosts`` (the emulation seam) and, with a ``cluster`` file,
+    predict each row on its first devices (as many as ranks). Raises
+    :class:`~parplan.errors.RuntimeCheckError` when the ranks fail, hang or torch is missing."""
+    ranks = sum(h.nproc for h in hosts) if rendezvous is None else 0
+    backend_guess = "nccl" if request.backend == "nccl" else "gloo"
+    name: str | None = None
+    predicted: dict[tuple[str, int], float] = {}
+    if cluster is not None and ranks:  # before the run: a bad cluster file fails fast
+        name, predicted = predict(cluster, request, ranks, backend_guess)
+    document = launch(request.worker_args(), hosts, timeout_s=request.timeout_s, rendezvous=rendezvous)
+    backend, world = str(document["backend"]), int(document["world_size"])
+    if cluster is not None and (world != ranks or backend != backend_guess):
+        name, predicted = predict(cluster, request, world, backend)
+    rows = []
+    for raw in document.get("rows", []):
+        row = MeasuredRow(
+            collective=str(raw["collective"]),
+            algorithm=str(raw["algorithm"]),
+            ranks=world,
+            size_bytes=int(raw["size_bytes"]),
+            count=int(raw["count"]),
+            time_s=float(raw["time_s"]),
+            wrong=int(raw["wrong"]),
+        )
+        if cluster is not None:
+            model = predicted_algorithm(row.algorithm, row.collective, backend)
+            row = replace(row, predicted_s=predicted.get((model, row.size_bytes)), predicted_as=model)
+        rows.append(row)
+    return Measurement(
+        request=request,
+        backend=backend,
+        ranks=world,
+        torch_version=str(document.get("torch", "")),
+        hosts=tuple(h.name for h in hosts),
+        rows=tuple(rows),
+        cluster=name,
+    )
+
+
+def measure(
+    request: MeasureRequest,
+    *,
+    ranks: int,
+    cluster: str | Path | None = None,
+    rendezvous: Rendezvous | None = None,
+) -> Measurement:
+    """``parplan measure``: ``ranks`` ranks on this machine over loopback (or this machine's
+    ranks of a real cluster with ``rendezvous``), predicted on ``cluster`` when given."""
+    return measure_on_hosts([local_host(ranks)], request, cluster=cluster, rendezvous=rendezvous)
