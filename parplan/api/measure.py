@@ -16,16 +16,18 @@ implements: ring for gloo, NCCL's tuner (``auto``) for NCCL (:data:`BACKEND_MODE
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from parplan.api.collective import ELEMENT_BYTES, bus_factor, default_algorithm, sweep_sizes
 from parplan.errors import ParplanError, UsageError
 from parplan.runtime.hosts import HostSlot, local_host
-from parplan.runtime.launch import Rendezvous, launch
+from parplan.runtime.launch import Rendezvous, launch, require_torch
 
 BACKEND = "backend"
 """The algorithm name of the backend's own collective."""
@@ -217,7 +219,9 @@ def predict(
 
     network = build_network(load_expected(cluster, "cluster", command="parplan measure --cluster"))
     placement = place(network, None, count=ranks)
-    labels = dict.fromkeys(predicted_algorithm(a, request.collective, backend) for a in request.algorithms)
+    labels = list(
+        dict.fromkeys(predicted_algorithm(a, request.collective, backend) for a in request.algorithms)
+    )
     sweep = collective_sweep(
         network,
         placement.devices,
@@ -227,7 +231,8 @@ def predict(
         groups=[list(g) for g in placement.groups],
         collective=request.collective,
     )
-    return network.name, {(row.algorithm, row.size_bytes): row.time_s for row in sweep.rows}
+    ours = dict(zip(sweep.algorithms, labels, strict=True))  # the sweep's labels spell defaults out
+    return network.name, {(ours[row.algorithm], row.size_bytes): row.time_s for row in sweep.rows}
 
 
 def measure_on_hosts(
@@ -240,6 +245,7 @@ def measure_on_hosts(
     """Run ``request`` with ranks on ``hosts`` (the emulation seam) and, with a ``cluster`` file,
     predict each row on its first devices (as many as ranks). Raises
     :class:`~parplan.errors.RuntimeCheckError` when the ranks fail, hang or torch is missing."""
+    require_torch()  # before predicting: without torch nothing else matters
     ranks = sum(h.nproc for h in hosts) if rendezvous is None else 0
     backend_guess = "nccl" if request.backend == "nccl" else "gloo"
     name: str | None = None
@@ -286,3 +292,99 @@ def measure(
     """``parplan measure``: ``ranks`` ranks on this machine over loopback (or this machine's
     ranks of a real cluster with ``rendezvous``), predicted on ``cluster`` when given."""
     return measure_on_hosts([local_host(ranks)], request, cluster=cluster, rendezvous=rendezvous)
+
+
+MAX_STEP_PARAMETERS = 64 * 2**20
+"""The largest synthetic model ``--step`` builds (parameters): each rank holds weights,
+gradients and buckets in float32, and the ranks share this machine's memory."""
+
+
+@dataclass(frozen=True)
+class StepMeasurement:
+    """``parplan measure --step``: a measured DDP step beside the simulated one."""
+
+    scenario: str
+    plan: str
+    ranks: int
+    parameters: int
+    bucket_bytes: int
+    batch_per_rank: int
+    times_s: tuple[float, ...]
+    predicted_step_s: float | None = None
+    predicted_exposed_comm_s: float | None = None
+    cluster: str | None = None
+
+    @property
+    def median_s(self) -> float:
+        """The median measured step (the figure set beside the prediction)."""
+        ordered = sorted(self.times_s)
+        mid = len(ordered) // 2
+        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+    @property
+    def error(self) -> float | None:
+        """Predicted step over measured median minus one."""
+        return None if self.predicted_step_s is None else self.predicted_step_s / self.median_s - 1.0
+
+
+def measure_step(
+    scenario: str | Path,
+    *,
+    ranks: int | None = None,
+    cluster: str | Path | None = None,
+    steps: int = 5,
+    warmup_steps: int = 2,
+    timeout_s: float = 300.0,
+    hosts: Sequence[HostSlot] | None = None,
+) -> StepMeasurement:
+    """Time one data-parallel step with DDP on a synthetic model with the scenario's parameter
+    count and bucket size (its first data-parallel plan, on that plan's replicas), median of
+    ``steps`` >= 5, beside ``simulate``'s step for the plan with the cluster file (default:
+    the scenario's own cluster)."""
+    from parplan.api.evaluate import build_context, evaluate_plan
+    from parplan.api.kinds import load_expected
+    from parplan.config.strategy import DataParallelStrategy
+
+    require_torch()
+    if steps < 5:
+        raise UsageError(f"--iters: a step is the median of at least 5 runs, got {steps}", "--iters")
+    spec: Any = load_expected(scenario, "scenario", command="parplan measure --step")
+    plan = next((p for p in spec.plans if isinstance(p.strategy, DataParallelStrategy)), None)
+    if plan is None:
+        raise ParplanError(f"{scenario}: --step needs a data_parallel plan; the scenario has none")
+    replicas = int(plan.strategy.num_replicas)
+    if ranks is not None and ranks != replicas:
+        raise UsageError(f"--ranks: plan {plan.name} has {replicas} replicas, got {ranks}", "--ranks")
+    if replicas < 2:
+        raise UsageError(f"plan {plan.name} has 1 replica: nothing to all-reduce", "--step")
+    if cluster is not None:
+        spec = spec.model_copy(
+            update={"cluster": load_expected(cluster, "cluster", command="parplan measure")}
+        )
+    ctx = build_context(spec)
+    parameters = int(ctx.model.total_params)
+    if parameters > MAX_STEP_PARAMETERS:
+        raise ParplanError(
+            f"{scenario}: {parameters:,} parameters is too many to train on this machine's ranks"
+            f" (at most {MAX_STEP_PARAMETERS:,})"
+        )
+    predicted = evaluate_plan(ctx, plan)
+    bucket = int(plan.strategy.aggregation.bucket_size_bytes)
+    batch = max(1, spec.training.global_batch_size // replicas)
+    step = {"parameters": parameters, "bucket_bytes": bucket, "batch": batch, "steps": steps,
+            "warmup": warmup_steps}  # fmt: skip
+    worker = ["--counts", "1", "--step", json.dumps(step)]
+    document = launch(worker, list(hosts or [local_host(replicas)]), timeout_s=timeout_s)
+    result = document["step"]
+    return StepMeasurement(
+        scenario=spec.name,
+        plan=plan.name,
+        ranks=int(document["world_size"]),
+        parameters=int(result["parameters"]),
+        bucket_bytes=bucket,
+        batch_per_rank=batch,
+        times_s=tuple(float(t) for t in result["times_s"]),
+        predicted_step_s=predicted.step_time_s,
+        predicted_exposed_comm_s=predicted.exposed_comm_s,
+        cluster=ctx.network.name,
+    )

@@ -252,6 +252,49 @@ def time_one(
     }
 
 
+def synthetic_layers(num_parameters: int, width: int = 1024) -> list[tuple[int, int]]:
+    """``(in, out)`` shapes of bias-free linear layers holding ``num_parameters`` in all: square
+    ``width`` layers, then one ``width x k`` layer with the rest (at least one parameter).
+
+    >>> synthetic_layers(2 * 1024 * 1024 + 10)
+    [(1024, 1024), (1024, 1024), (1024, 1)]
+    """
+    full, rest = divmod(max(num_parameters, 1), width * width)
+    shapes = [(width, width)] * full
+    if rest:
+        shapes.append((width, -(-rest // width)))
+    return shapes
+
+
+def time_ddp_step(torch: Any, dist: Any, device: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    """Median (and every) time of a DDP training step (forward, backward with the gradient
+    all-reduce in ``bucket_bytes`` buckets, SGD update) of a synthetic model with
+    ``spec["parameters"]`` parameters on ``spec["batch"]`` samples per rank."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    width = 1024
+    layers = [torch.nn.Linear(i, o, bias=False) for i, o in synthetic_layers(int(spec["parameters"]), width)]
+    model = torch.nn.Sequential(*layers).to(device)
+    bucket_mb = float(spec["bucket_bytes"]) / 2**20
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=1e-6)
+    x = torch.ones(int(spec["batch"]), width, device=device)
+    times = []
+    for i in range(int(spec["warmup"]) + int(spec["steps"])):
+        dist.barrier()
+        start = time.perf_counter()
+        optimizer.zero_grad()
+        ddp(x).square().mean().backward()
+        optimizer.step()
+        _sync(torch, device)
+        elapsed = _max_over_ranks(torch, dist, time.perf_counter() - start, device)
+        if i >= int(spec["warmup"]):
+            times.append(elapsed)
+    count = sum(p.numel() for p in model.parameters())
+    return {"parameters": count, "bucket_bytes": int(spec["bucket_bytes"]), "times_s": times}
+
+
 def _fault(rank: int) -> None:
     """Test hook: die or hang on the rank ``PARPLAN_MEASURE_FAULT`` names (``kill:1``, ``hang:0``)."""
     what, _, who = os.environ.get(FAULT_ENV, "").partition(":")
@@ -303,8 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             "node_of_rank": [int(h) for h in hosts],
         }
         if args.step is not None:
-            from parplan.runtime.ddp_step import time_ddp_step
-
             document["step"] = time_ddp_step(torch, dist, device, json.loads(args.step))
         else:
             rows = []
