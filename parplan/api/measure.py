@@ -131,7 +131,8 @@ def expand_measure_algorithms(text: str, collective: str) -> tuple[str, ...]:
     labels: list[str] = []
     for name in names:
         if name == "all":
-            labels += [BACKEND, *schedules(collective)]
+            every = expand_algorithms("all", collective)
+            labels += [BACKEND, *(algorithm_label(s, collective) for s in every)]
         elif name == BACKEND:
             labels.append(name)
         elif name.partition(":")[0] in SELECTORS:
@@ -144,7 +145,8 @@ def expand_measure_algorithms(text: str, collective: str) -> tuple[str, ...]:
             try:
                 labels += [algorithm_label(s, collective) for s in expand_algorithms(name, collective)]
             except ParplanError as exc:
-                raise UsageError(f"{exc}".replace("valid: ", f"valid: {BACKEND}, "), "--algorithm") from None
+                message = str(exc).replace("valid: ", f"valid: {BACKEND}, ").replace(", auto, all", ", all")
+                raise UsageError(message, "--algorithm") from None
     return tuple(dict.fromkeys(labels))
 
 
