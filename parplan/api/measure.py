@@ -58,6 +58,8 @@ class MeasureRequest:
     iters: int = 20
     backend: str = "auto"
     timeout_s: float = 300.0
+    step_factor: float = 2.0
+    """The sweep's ``-f`` (nccl-tests prints it in its header)."""
 
     def worker_args(self) -> list[str]:
         """The options :mod:`parplan.runtime.measure_worker` takes for this request."""
@@ -196,6 +198,7 @@ def measure_request(
         iters=iters,
         backend=backend,
         timeout_s=timeout_s,
+        step_factor=step_factor,
     )
 
 

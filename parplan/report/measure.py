@@ -112,8 +112,9 @@ def nccl_tests_text(result: Measurement, algorithm: str) -> str:
     lines = [
         f"# parplan measure: {PERF_BINARIES[request.collective]} shape, {how}, backend {result.backend},"
         f" torch {result.torch_version}",
-        f"# nThread 1 nGpus 1 minBytes {min(sizes)} maxBytes {max(sizes)} step: 0(factor)"
-        f" warmup iters: {request.warmup_iters} iters: {request.iters} agg iters: 1 validation: 1 graph: 0",
+        f"# nThread 1 nGpus 1 minBytes {min(sizes)} maxBytes {max(sizes)}"
+        f" step: {request.step_factor:g}(factor) warmup iters: {request.warmup_iters}"
+        f" iters: {request.iters} agg iters: 1 validation: 1 graph: 0",
         "#",
         f"# Using {result.ranks} ranks on {', '.join(result.hosts)}",
         "#",
