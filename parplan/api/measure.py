@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -296,7 +297,11 @@ def measure(
 ) -> Measurement:
     """``parplan measure``: ``ranks`` ranks on this machine over loopback (or this machine's
     ranks of a real cluster with ``rendezvous``), predicted on ``cluster`` when given."""
-    return measure_on_hosts([local_host(ranks)], request, cluster=cluster, rendezvous=rendezvous)
+    if rendezvous is None:
+        host = local_host(ranks)
+    else:  # the ranks talk over the machine's network: no loopback address, no interface pinned
+        host = HostSlot(name=socket.gethostname(), address="", nproc=ranks)
+    return measure_on_hosts([host], request, cluster=cluster, rendezvous=rendezvous)
 
 
 MAX_STEP_PARAMETERS = 64 * 2**20

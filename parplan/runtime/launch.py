@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -41,6 +42,7 @@ WORKER_MODULE = "parplan.runtime.measure_worker"
 MISSING_TORCH = "parplan measure needs the torch extra: pip install 'parplan[torch]'"
 _POLL_S = 0.1
 _GRACE_S = 5.0
+_TRACK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,12 @@ def free_port(address: str = LOOPBACK) -> int:
             s.bind((LOOPBACK, 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def loopback_interface() -> str | None:
+    """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS), if found."""
+    names = {name for _, name in socket.if_nameindex()}
+    return next((n for n in ("lo", "lo0") if n in names), None)
 
 
 def torchrun_command(
@@ -172,8 +180,11 @@ def _start(argv: list[str], slot: HostSlot, log: Path, out: Path, extra: dict[st
     env.update(extra or {})
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
-    if slot.ifname is not None:
-        env["GLOO_SOCKET_IFNAME"] = slot.ifname
+    ifname = slot.ifname
+    if ifname is None and slot.address == LOOPBACK:
+        ifname = loopback_interface()  # keep the ranks' traffic on the loopback interface
+    if ifname is not None:
+        env["GLOO_SOCKET_IFNAME"] = ifname
     with open(log, "wb") as sink:
         try:
             proc = subprocess.Popen(
@@ -194,9 +205,12 @@ def _start(argv: list[str], slot: HostSlot, log: Path, out: Path, extra: dict[st
 def _wait(started: list[_Started], tracked: dict[int, str], timeout_s: float) -> None:
     """Wait for every torchrun to exit 0; the first failure or the deadline raises."""
     deadline = time.monotonic() + timeout_s
+    next_track = 0.0
     while True:
-        for item in started:
-            _track(item.proc.pid, tracked)
+        if time.monotonic() >= next_track:  # a /proc scan costs milliseconds: not while timing often
+            for item in started:
+                _track(item.proc.pid, tracked)
+            next_track = time.monotonic() + _TRACK_S
         codes = [item.proc.poll() for item in started]
         failed = [(item, code) for item, code in zip(started, codes, strict=True) if code not in (None, 0)]
         if failed:
@@ -326,9 +340,28 @@ def _signal(started: list[_Started], tracked: dict[int, str], sig: signal.Signal
 def _stop(started: list[_Started], tracked: dict[int, str]) -> None:
     """SIGTERM everything started (torchrun, then its workers), SIGKILL what is left after a grace
     period; reap the torchruns."""
-    for item in started:
-        _track(item.proc.pid, tracked)
-    _signal(started, tracked, signal.SIGTERM)
+    with _no_interrupts():
+        for item in started:
+            _track(item.proc.pid, tracked)
+        _signal(started, tracked, signal.SIGTERM)
+        _reap(started, tracked)
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Ignore Ctrl-C while cleaning up (a second one must not leave ranks behind)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _reap(started: list[_Started], tracked: dict[int, str]) -> None:
+    """Wait a grace period for everything to exit, SIGKILL what is left, reap the torchruns."""
     deadline = time.monotonic() + _GRACE_S
     while time.monotonic() < deadline:
         running = [i for i in started if i.proc.poll() is None]

@@ -125,3 +125,34 @@ def test_step_times_a_ddp_step_beside_simulate(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "4 replicas" in bad.output
     few = runner.invoke(app, ["measure", "--step", QUICKSTART, "-n", "3"])
     assert few.exit_code == 2 and "at least 5" in few.output
+
+
+@pytest.mark.torch
+@requires_torch
+def test_torchrun_rendezvous_options_pass_through() -> None:
+    from parplan.runtime.launch import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = [
+        "measure",
+        "--nnodes",
+        "1",
+        "--node-rank",
+        "0",
+        "--rdzv-endpoint",
+        endpoint,
+        "--ranks",
+        "2",
+        "-s",
+        "1KiB",
+        "-w",
+        "1",
+        "-n",
+        "2",
+        "--json",
+        "-",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["ranks"] == 2 and document["results"][0]["wrong"] == 0
