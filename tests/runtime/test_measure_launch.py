@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -51,9 +52,13 @@ def tagged(tag: str) -> list[int]:
 
 
 @pytest.fixture
-def tag(monkeypatch: pytest.MonkeyPatch) -> str:
+def tag(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """A unique tag for the processes the test starts; the launcher's temporary files go under
+    ``tmp_path/tmp`` so the test can see they are removed."""
     value = uuid.uuid4().hex
     monkeypatch.setenv(TAG, value)
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     return value
 
 
@@ -89,11 +94,28 @@ def test_missing_torch_gives_the_install_hint(monkeypatch: pytest.MonkeyPatch) -
 @pytest.mark.torch
 @requires_torch
 @requires_proc
-def test_a_killed_rank_is_reported_and_nothing_is_left(tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_run_returns_rank_0s_document_and_leaves_nothing(tag: str, tmp_path: Path) -> None:
+    document = launch(ARGS, [local_host(2)], timeout_s=120)
+    assert document["world_size"] == 2 and document["backend"] == "gloo"
+    assert [(r["algorithm"], r["count"], r["wrong"]) for r in document["rows"]] == [
+        ("backend", 64, 0),
+        ("ring", 64, 0),
+    ]
+    assert tagged(tag) == []
+    assert list((tmp_path / "tmp").iterdir()) == []  # the results file and logs are gone
+
+
+@pytest.mark.torch
+@requires_torch
+@requires_proc
+def test_a_killed_rank_is_reported_and_nothing_is_left(
+    tag: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PARPLAN_MEASURE_FAULT", "kill:1")
     with pytest.raises(RuntimeCheckError, match=r"rank 1 on host local died: killed by SIGKILL"):
         launch(ARGS, [local_host(2)], timeout_s=120)
     assert tagged(tag) == []
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 @pytest.mark.torch
