@@ -225,6 +225,8 @@ def time_one(
 ) -> dict[str, Any]:
     """Time and check one (algorithm, element count): the row this size contributes."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    if args.collective != "all_reduce":  # equal shards; the launcher rounds already unless the
+        count = max(world, count - count % world)  # world is only known here (torchrun's nodes)
     dtype = getattr(torch, args.dtype)
     buffers = make_buffers(torch, args.collective, rank, world, count, dtype, device)
     call = collective_call(torch, dist, args.collective, algorithm, world, count, rank, buffers)
