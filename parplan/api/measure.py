@@ -213,10 +213,15 @@ def predicted_algorithm(label: str, collective: str, backend: str) -> str:
 
 
 def predict(
-    cluster: str | Path, request: MeasureRequest, ranks: int, backend: str
+    cluster: str | Path,
+    request: MeasureRequest,
+    ranks: int,
+    backend: str,
+    sizes: Sequence[tuple[int, int]] | None = None,
 ) -> tuple[str, dict[tuple[str, int], float]]:
     """The cluster's name and ``parplan collective``'s simulated time of every (predicting
-    algorithm, size_bytes) of the request on the cluster file's first ``ranks`` devices."""
+    algorithm, size_bytes) of the request (or of ``sizes``) on the cluster file's first
+    ``ranks`` devices."""
     from parplan.api.collective import collective_sweep
     from parplan.api.kinds import load_expected
     from parplan.collectives.registry import parse
@@ -232,7 +237,7 @@ def predict(
         network,
         placement.devices,
         [parse(label, request.collective) for label in labels],
-        list(request.sizes),
+        list(request.sizes if sizes is None else sizes),
         element_bytes=ELEMENT_BYTES[request.dtype],
         groups=[list(g) for g in placement.groups],
         collective=request.collective,
@@ -261,7 +266,8 @@ def measure_on_hosts(
     document = launch(request.worker_args(), hosts, timeout_s=request.timeout_s, rendezvous=rendezvous)
     backend, world = str(document["backend"]), int(document["world_size"])
     if cluster is not None and (world != ranks or backend != backend_guess):
-        name, predicted = predict(cluster, request, world, backend)
+        sizes = sorted({(int(r["size_bytes"]), int(r["count"])) for r in document.get("rows", [])})
+        name, predicted = predict(cluster, request, world, backend, sizes or None)
     rows = []
     for raw in document.get("rows", []):
         row = MeasuredRow(
