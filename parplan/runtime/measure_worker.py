@@ -158,8 +158,10 @@ def collective_call(
     count: int,
     rank: int,
     buffers: Buffers,
+    groups: list[list[int]] | None = None,
 ) -> Callable[[], None]:
-    """One out-of-place run of ``algorithm`` (``backend`` or a parplan label) on ``buffers``."""
+    """One out-of-place run of ``algorithm`` (``backend`` or a parplan label) on ``buffers``;
+    ``groups`` (the ranks of each host) reach the schedules that use them."""
     send, recv = buffers.send, buffers.recv
     if algorithm == BACKEND:
         if collective == "all_reduce":
@@ -175,7 +177,7 @@ def collective_call(
             return lambda: gather(recv, send)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         return lambda: scatter(recv, send)
-    schedule = build_schedule(algorithm, world, count, collective=collective)
+    schedule = build_schedule(algorithm, world, count, groups=groups, collective=collective)
     runner = ScheduleRunner(torch, dist, schedule, rank)
     bounds = chunk_bounds(count, world)
     lo, hi = int(bounds[rank]), int(bounds[rank + 1])
@@ -220,6 +222,18 @@ def _sync(torch: Any, device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
+def host_groups(node_of_rank: Sequence[int]) -> list[list[int]] | None:
+    """The ranks of each host, hosts in order; None on one host (the schedules' own default).
+
+    >>> host_groups([0, 0, 1, 1]), host_groups([0, 0])
+    ([[0, 1], [2, 3]], None)
+    """
+    groups: dict[int, list[int]] = {}
+    for rank, node in enumerate(node_of_rank):
+        groups.setdefault(node, []).append(rank)
+    return [groups[n] for n in sorted(groups)] if len(groups) > 1 else None
+
+
 def time_one(
     torch: Any, dist: Any, args: argparse.Namespace, algorithm: str, count: int, device: Any
 ) -> dict[str, Any]:
@@ -229,7 +243,7 @@ def time_one(
         count = max(world, count - count % world)  # world is only known here (torchrun's nodes)
     dtype = getattr(torch, args.dtype)
     buffers = make_buffers(torch, args.collective, rank, world, count, dtype, device)
-    call = collective_call(torch, dist, args.collective, algorithm, world, count, rank, buffers)
+    call = collective_call(torch, dist, args.collective, algorithm, world, count, rank, buffers, args.groups)
     for _ in range(args.warmup):
         call()
     _sync(torch, device)
@@ -347,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "dtype": args.dtype,
             "node_of_rank": [int(h) for h in hosts],
         }
+        args.groups = host_groups([int(h) for h in hosts])
         if args.step is not None:
             document["step"] = time_ddp_step(torch, dist, device, json.loads(args.step))
         else:
