@@ -202,3 +202,26 @@ def test_nccl_tests_text_reads_back(run: Measurement) -> None:
             assert got.time_us == pytest.approx(row.time_s * 1e6, rel=0.01, abs=0.01)
             assert got.busbw_GBps == pytest.approx(row.busbw_GBps, abs=0.006)
         assert any("parplan measure" in note for note in table.notes)
+
+
+@pytest.mark.torch
+@requires_torch
+def test_the_emulation_seam_runs_one_torchrun_per_host() -> None:
+    """``measure_on_hosts`` takes the host slots an emulated cluster makes; two slots on this
+    machine stand in for two hosts (a torchrun each, one c10d rendezvous)."""
+    from parplan.api.measure import measure_on_hosts
+    from parplan.runtime.hosts import HostSlot
+
+    hosts = [HostSlot("a", "127.0.0.1", nproc=2), HostSlot("b", "127.0.0.1", nproc=1)]
+    request = measure_request(
+        ranks=3,
+        algorithm="backend,ring,hierarchical",
+        size_bytes=4000,
+        warmup_iters=1,
+        iters=2,
+        timeout_s=120,
+    )
+    result = measure_on_hosts(hosts, request, cluster=SWITCH)
+    assert result.ranks == 3 and result.hosts == ("a", "b")
+    assert [r.algorithm for r in result.rows] == ["backend", "ring", "hierarchical"]
+    assert all(r.wrong == 0 and r.predicted_s is not None for r in result.rows)
