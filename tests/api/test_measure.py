@@ -225,3 +225,19 @@ def test_the_emulation_seam_runs_one_torchrun_per_host() -> None:
     assert result.ranks == 3 and result.hosts == ("a", "b")
     assert [r.algorithm for r in result.rows] == ["backend", "ring", "hierarchical"]
     assert all(r.wrong == 0 and r.predicted_s is not None for r in result.rows)
+
+
+@pytest.mark.torch
+@requires_torch
+def test_every_registered_schedule_is_exact_over_send_recv() -> None:
+    """Every all-reduce schedule of the registry, run step by step over isend/irecv on 3 ranks
+    with chunks that do not divide evenly, gives exactly the sum (float32 and int32)."""
+    from parplan.collectives.registry import schedules
+
+    for dtype in ("float32", "int32"):
+        request = measure_request(
+            ranks=3, algorithm="all", size_bytes=4 * 1001, dtype=dtype, warmup_iters=0, iters=1, timeout_s=120
+        )
+        result = measure(request, ranks=3)
+        assert len(result.rows) == 1 + len(schedules())
+        assert {(r.algorithm, r.wrong) for r in result.rows} == {(a, 0) for a in request.algorithms}
