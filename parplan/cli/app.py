@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from parplan import __version__
-from parplan.cli import accuracy, calibrate, collective, compare, emulate, simulate, validate
+from parplan.cli import accuracy, calibrate, collective, compare, emulate, measure, simulate, validate
 from parplan.cli.common import EXIT_CODES_HELP, STATE, guarded
 
 app = typer.Typer(
@@ -72,6 +72,7 @@ register(collective.collective, "collective")
 register(accuracy.validate, "validate")
 register(calibrate.calibrate, "calibrate")
 register(emulate.emulate, "emulate")
+register(measure.measure, "measure")
 
 
 GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q"})

@@ -22,7 +22,6 @@ import contextlib
 import datetime
 import multiprocessing as mp
 import os
-import socket
 import statistics
 import time
 import traceback
@@ -36,6 +35,7 @@ import numpy as np
 
 from parplan.errors import RuntimeCheckError
 from parplan.runtime.batching import split_batch
+from parplan.runtime.launch import free_port, loopback_interface
 from parplan.runtime.training import Kind
 
 LOOPBACK = "127.0.0.1"
@@ -56,16 +56,7 @@ def require_torch() -> Any:
 
 def free_loopback_port() -> int:
     """A TCP port free on 127.0.0.1 now (bind port 0 and read it back)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _loopback_interface() -> str | None:
-    """The name of the loopback network interface (``lo`` on Linux, ``lo0`` on macOS), if found."""
-    names = {name for _, name in socket.if_nameindex()}
-    return next((n for n in ("lo", "lo0") if n in names), None)
+    return free_port(LOOPBACK)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,7 +138,7 @@ def _worker_main(rank: int, world_size: int, port: int, timeout_s: float, conn: 
     try:
         os.environ.update(MASTER_ADDR=LOOPBACK, MASTER_PORT=str(port), RANK=str(rank))
         os.environ["WORLD_SIZE"] = str(world_size)
-        lo = _loopback_interface()
+        lo = loopback_interface()
         if lo is not None:
             os.environ.setdefault("GLOO_SOCKET_IFNAME", lo)
         import torch
