@@ -310,6 +310,29 @@ def measure(
     return measure_on_hosts([host], request, cluster=cluster, rendezvous=rendezvous)
 
 
+def emulated_ranks(cluster: str | Path) -> int:
+    """The ranks an emulated copy of ``cluster`` runs (one per device of each host): what
+    ``--emulate`` measures on, checked before anything is built."""
+    from parplan.api.emulate import load_emulated_hosts
+
+    return sum(h.nproc for h in load_emulated_hosts(cluster))
+
+
+def measure_emulated(
+    request: MeasureRequest, cluster: str | Path, *, predict_on: str | Path | None = None,
+    delay_method: str = "auto",
+) -> Measurement:  # fmt: skip
+    """``parplan measure --emulate CLUSTER``: build ``cluster`` as network namespaces on this
+    machine (:func:`~parplan.api.emulate.emulated_hosts`, torn down on every exit), run the ranks
+    on its hosts and predict every row on the same file (or on ``predict_on``): the emulated
+    cluster is the hardware the file describes, so the error is the model's."""
+    from parplan.api.emulate import emulated_hosts
+
+    require_torch()  # before building namespaces: without torch nothing runs on them
+    with emulated_hosts(cluster, delay_method=delay_method) as hosts:
+        return measure_on_hosts(hosts, request, cluster=predict_on if predict_on is not None else cluster)
+
+
 MAX_STEP_PARAMETERS = 64 * 2**20
 """The largest synthetic model ``--step`` builds (parameters): each rank holds weights,
 gradients and buckets in float32, and the ranks share this machine's memory."""

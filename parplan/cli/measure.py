@@ -3,6 +3,7 @@
     parplan measure --ranks 2 -a backend,ring,tree:2 -b 1KiB -e 4MiB -f 4
     parplan measure -a all --cluster lab.yaml --size 1MiB --json run.json --nccl-tests run.txt
     parplan measure --nnodes 2 --node-rank 0 --rdzv-endpoint 10.0.0.1:29500 --ranks 4   # a real cluster
+    parplan measure --emulate sample_configs/clusters/edge-jetsons.yaml -a backend,ring -s 4MiB  # root
 
 Starts the ranks with torchrun (``--ranks`` local processes over the loopback interface; with
 ``--nnodes``/``--node-rank``/``--rdzv-endpoint`` this machine's ranks of a cluster, the command
@@ -12,6 +13,9 @@ run once per machine), gloo on CPUs and NCCL when CUDA is present (``--backend``
 size runs ``-w`` warm-up iterations, then ``-n`` timed ones, out of place; the time is the mean
 per rank, the largest over ranks; ``#wrong`` counts elements that differ from the exact result.
 With ``--cluster`` every row also shows the time ``parplan collective`` predicts and the error.
+``--emulate CLUSTER`` builds that cluster file as network namespaces on this machine (``parplan
+emulate``; root needed), runs one torchrun per emulated host and predicts on the same file unless
+``--cluster`` names another; the namespaces are removed on every exit.
 ``--json FILE|-`` writes the results, ``--nccl-tests FILE`` the rows as nccl-tests prints them
 (``FILE.<algorithm>.txt`` per algorithm when several), which ``parplan calibrate`` reads.
 
@@ -122,6 +126,19 @@ def measure(
             show_default=False,
         ),
     ] = None,
+    emulate: Annotated[
+        Path | None,
+        typer.Option(
+            "--emulate",
+            metavar="CLUSTER",
+            help="Run the ranks on this cluster file built as network namespaces (root;"
+            " see parplan emulate), predicted on it unless --cluster names another.",
+            show_default=False,
+        ),
+    ] = None,
+    delay: Annotated[
+        str, typer.Option("--delay", help="With --emulate: auto, netem, relay or off (see parplan emulate).")
+    ] = "auto",
     rdzv_endpoint: Annotated[
         str | None,
         typer.Option(
@@ -131,14 +148,25 @@ def measure(
 ) -> None:
     """Time collectives on torch.distributed (gloo, NCCL) as nccl-tests does, beside parplan's prediction."""
     outputs = {"--json": json_path, "--nccl-tests": nccl_tests}
-    check_outputs(outputs, files_only=("--nccl-tests",), inputs=[cluster] if cluster is not None else [])
+    inputs = [p for p in (cluster, emulate) if p is not None]
+    check_outputs(outputs, files_only=("--nccl-tests",), inputs=inputs)
 
-    from parplan.api.measure import default_ranks, measure, measure_request
+    from parplan.api.measure import default_ranks, emulated_ranks, measure, measure_emulated, measure_request
 
     rendezvous = _rendezvous(nnodes, node_rank, rdzv_endpoint)
+    if emulate is not None and rendezvous is not None:
+        raise typer.BadParameter("an emulated cluster runs on this machine: drop torchrun's"
+                                 " --nnodes/--node-rank/--rdzv-endpoint", param_hint="--emulate")  # fmt: skip
     if step is not None:
+        if emulate is not None:
+            raise typer.BadParameter("--step runs on loopback: drop --emulate", param_hint="--step")
         _measure_step(step, ranks, cluster, iters, warmup_iters, timeout, json_path, outputs)
         return
+    if emulate is not None:
+        hosted = emulated_ranks(emulate)
+        if ranks is not None and ranks != hosted:
+            raise typer.BadParameter(f"{emulate} emulates {hosted} ranks, got {ranks}", param_hint="--ranks")
+        ranks = hosted
     local = default_ranks() if ranks is None else ranks
     sweep = min_bytes is not None or max_bytes is not None
     request = measure_request(
@@ -155,7 +183,10 @@ def measure(
         backend=backend,
         timeout_s=timeout,
     )
-    result = measure(request, ranks=local, cluster=cluster, rendezvous=rendezvous)
+    if emulate is not None:
+        result = measure_emulated(request, emulate, predict_on=cluster, delay_method=delay)
+    else:
+        result = measure(request, ranks=local, cluster=cluster, rendezvous=rendezvous)
     if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
         from parplan.report.measure import measure_view
 
