@@ -53,6 +53,8 @@ def algorithm_specs(draw: st.DrawFn, name: str, p: int) -> tuple[dict[str, Any],
         choices = st.integers(1, min(4, limit))
         channels = draw(st.one_of(st.none(), choices) if auto <= limit else choices)
         return ({"name": name} if channels is None else {"name": name, "channels": channels}), groups
+    if name == "nvls":
+        return {"name": name, "segments": draw(st.one_of(st.none(), st.integers(1, 5)))}, None
     if name == "hierarchical":
         if draw(st.booleans()):
             return {"name": name, "group_size": draw(st.integers(1, p))}, None

@@ -1,0 +1,132 @@
+"""NVLS (NVLink SHARP) all-reduce: the NVSwitch of one node reduces, then multicasts the result.
+
+NCCL's NVLS runs on Hopper-class NVSwitches that reduce in flight (``multimem.ld_reduce``) and
+multicast (``multimem.st``). As a schedule: the tensor is cut in ``segments`` slices; every rank
+sends slice ``k`` to the switch, which adds it into its (initially zero) copy; once every rank's
+slice ``k`` is in, the switch sends the reduced slice ``k`` back to every rank. The switch is a
+*switch rank* (:class:`~parplan.collectives.schedule.SwitchRank`, id ``num_ranks``, capability
+``nvls``, serving every rank): the data plane proves the schedule like any other, and lowering
+places it on the NVSwitch the cluster declares able to reduce (``hardware: {nvswitch: true, nvls:
+true}``); on any other cluster lowering refuses it.
+
+Per rank, slices go up one after another (program order) and come down one after another, so the
+reduce of slice ``k + 1`` overlaps the multicast of slice ``k``. Each rank's link carries ``n``
+bytes up and ``n`` down, both directions at once, so the time is about ``n`` over the link rate:
+bus bandwidth (nccl-tests: ``n / t x 2(p-1)/p``) up to ``2(p-1)/p`` times the link rate, above the
+``2(p-1)/p n`` bound of algorithms without in-network reduction. NCCL's own figure is lower (the
+switch reduces at ``nvlsEfficiency`` of NVLink, one channel short); ``auto`` caps the transfers at
+it (:mod:`parplan.collectives.auto`).
+
+``segments=None`` picks about one slice per :data:`~parplan.collectives.nccl_tree.CHUNK_ELEMENTS`
+elements, a power of two of them, at most 16 (as NCCL's tree does).
+
+Closed form, on a uniform group where a message between two ranks costs ``alpha + m beta`` over a
+switch (so a hop to or from the switch costs ``alpha / 2 + m beta``, the switch sitting in the
+middle of the path), ``S`` equal slices of ``m = n / S`` bytes: ``(S + 1)(alpha / 2) + n beta + m
+beta``, the ``S`` slices going up and the last one coming down. A switch reduces at line rate, so
+there is no ``gamma`` term (the engine charges switch endpoints none). Exact on the engine's star
+switch for slices of equal size. Traffic: each rank sends and receives ``n`` elements; the switch
+rank (last entry) receives and sends ``p n``.
+
+>>> s = nvls_all_reduce(4, 8, segments=2)
+>>> s.num_endpoints, s.num_steps, s.switches[0].capability
+(5, 16, 'nvls')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from parplan.collectives._build import StepBuffer, check_sizes
+from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
+from parplan.collectives.nccl_tree import ASSUMED_ELEMENT_BYTES, auto_segments
+from parplan.collectives.schedule import Schedule, SwitchRank, chunk_bounds
+
+NVLS_PHASES = ("switch reduce", "multicast")
+
+
+def nvls_all_reduce(num_ranks: int, num_elements: int, *, segments: int | None = None) -> Schedule:
+    """NVLS all-reduce on ``num_ranks`` ranks of one NVSwitch (see the module docstring)."""
+    check_sizes(num_ranks, num_elements)
+    count = auto_segments(num_elements, segments)
+    if num_ranks == 1:
+        return StepBuffer().build(
+            algorithm="nvls", collective="all_reduce", num_ranks=1, num_elements=num_elements,
+            phase_names=NVLS_PHASES, meta={"segments": count},
+        )
+    switch = num_ranks
+    bounds = chunk_bounds(num_elements, count).tolist()
+    buf = StepBuffer()
+    up: list[int] = []
+    down: list[int] = []
+    for k in range(count):
+        offset, length = bounds[k], bounds[k + 1] - bounds[k]
+        up = [buf.add(r, switch, offset, length, True, 0, up[r : r + 1]) for r in range(num_ranks)]
+        down = [
+            buf.add(switch, r, offset, length, False, 1, [*up, *down[r : r + 1]]) for r in range(num_ranks)
+        ]
+    schedule = buf.build(
+        algorithm="nvls",
+        collective="all_reduce",
+        num_ranks=num_ranks,
+        num_elements=num_elements,
+        phase_names=NVLS_PHASES,
+        meta={"segments": count},
+    )
+    return dataclasses.replace(schedule, switches=(SwitchRank("nvls", tuple(range(num_ranks))),))
+
+
+class NvlsAlgorithm(AlgorithmSpecBase):
+    """NVLS: the NVSwitch reduces and multicasts, slice by slice (``segments``; None: NCCL-like
+    128 KiB slices). Needs a cluster whose NVSwitch declares it (``hardware: {nvswitch: true,
+    nvls: true}``) and ranks on one such switch. Short form ``nvls:4`` for 4 slices."""
+
+    name: Literal["nvls"]
+    segments: int | None = Field(default=None, ge=1)
+
+
+def nvls_time_s(num_ranks: int, size_bytes: float, segments: int, a: float, b: float) -> float:
+    """The closed form of the module docstring (``a``: a rank-to-rank message's latency)."""
+    if num_ranks <= 1 or size_bytes <= 0:
+        return 0.0
+    return (segments + 1) * a / 2.0 + size_bytes * b + size_bytes / segments * b
+
+
+class NvlsAllReduce(Algorithm[NvlsAlgorithm]):
+    """NVLS all-reduce inside one NVSwitch (see the module docstring)."""
+
+    name = "nvls"
+    spec_type = NvlsAlgorithm
+    short_parameter = "segments"
+    switch_capabilities = frozenset({"nvls"})
+
+    def variants(self, num_ranks: int) -> tuple[NvlsAlgorithm, ...]:
+        return (self.default_spec(), NvlsAlgorithm(name="nvls", segments=3))
+
+    def build(
+        self, spec: NvlsAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Schedule:
+        return nvls_all_reduce(num_ranks, num_elements, segments=spec.segments)
+
+    def closed_form_s(
+        self, spec: NvlsAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
+    ) -> float:
+        segments = auto_segments(math.ceil(size_bytes / ASSUMED_ELEMENT_BYTES), spec.segments)
+        return nvls_time_s(num_ranks, size_bytes, segments, cost.alpha_s, cost.beta_s_per_byte)
+
+    def traffic(
+        self, spec: NvlsAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Traffic:
+        if num_ranks == 1:
+            return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        each = np.full(num_ranks + 1, num_elements, dtype=np.int64)
+        each[-1] = num_ranks * num_elements
+        return each, each.copy()
+
+
+ALL_REDUCE = NvlsAllReduce()
