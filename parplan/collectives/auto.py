@@ -12,9 +12,14 @@ link, bounds LL and LL128, and the topology search's per-channel speed bounds Si
 - ``tree`` -> NCCL's tree (``nccl_tree``) when registered, else ``double_binary_tree``, pipelined in
   NCCL's chunks: a protocol's step buffer (:data:`CHUNK_BYTES`) per segment;
 - ``nvls`` / ``nvls_tree`` / ``collnet_direct`` / ``collnet_chain`` -> the registered schedule of that
-  name. Unforced, ``auto`` only picks algorithms with a schedule of their own (the tuner's choice
-  among the rest); forced (``algorithm: nvls``) without one, the tree (CollNet) or the ring (NVLS)
-  stands in and the label says so (``auto=nvls as ring/...``);
+  name (``nvls`` is one: :mod:`parplan.collectives.nvls`). Unforced, ``auto`` only picks algorithms
+  with a schedule of their own (the tuner's choice among the rest); forced without one, the tree
+  (CollNet) or the ring (NVLS) stands in and the label says so (``auto=nvls_tree as nvls/...``).
+  An in-network schedule (a reducing switch in its loop) moves each rank's whole buffer once each
+  way in one stream, so its transfers run at most at NCCL's *algorithm* bandwidth for the choice
+  (bus bandwidth x p / (2(p-1)) for NVLS) rather than a channel's share of the bus bandwidth;
+  the tuner only offers NVLS where the system has it (``hardware: {nvls: true}``), and lowering
+  places the switch rank on the NVSwitch the cluster declares;
 - ``pat`` -> the ring (PAT only runs all-gather / reduce-scatter with one GPU per node).
 
 The spec's ``algorithm`` and ``protocol`` restrict the choice as NCCL_ALGO and NCCL_PROTO do
@@ -46,6 +51,7 @@ from parplan.collectives.nccl_tables import ALGORITHMS as NCCL_ALGORITHMS
 from parplan.collectives.nccl_tables import PROTOCOLS
 from parplan.collectives.nccl_tuner import (
     NcclChoice,
+    algorithm_bandwidth_GBps,
     bus_bandwidth_GBps,
     graph_bandwidths,
     parse_restriction,
@@ -155,6 +161,11 @@ def choose(
     graph = graph_bandwidths(system, nccl.algorithm)
     bus_GBps = bus_bandwidth_GBps(system, collective, nccl.algorithm, nccl.protocol, graph)  # type: ignore[arg-type]
     per_channel_Bps = bus_GBps * 1e9 / graph.n_channels if graph.n_channels and bus_GBps > 0 else math.inf
+    if registered[name].switch_capabilities:  # one stream per rank carries its whole buffer
+        algbw_GBps = algorithm_bandwidth_GBps(
+            system, collective, nccl.algorithm, nccl.protocol, graph  # type: ignore[arg-type]
+        )
+        per_channel_Bps = algbw_GBps * 1e9 if algbw_GBps > 0 else math.inf
     return AutoChoice(concrete, nccl.protocol, label, nccl, per_channel_Bps)
 
 

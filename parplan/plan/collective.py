@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.collectives._build import merge_csr
-from parplan.collectives.nccl_tables import BASE_LATENCY_US
+from parplan.collectives.nccl_tables import BASE_LATENCY_US, HW_LATENCY_US
 from parplan.collectives.schedule import Schedule
 from parplan.config.cluster import TransportCosts
 from parplan.errors import CollectiveError, PlanError, TopologyError
@@ -206,14 +206,26 @@ def collective_taskgraph(
     )
 
 
+NVLS_CALL_US: tuple[float, ...] = tuple(
+    max(0.0, nvls - 2 * ring)
+    for nvls, ring in zip(HW_LATENCY_US["nvlink"]["nvls"], HW_LATENCY_US["nvlink"]["ring"], strict=True)
+)
+"""Per protocol, NCCL's NVLS latency (``hwLat[NVLINK][NVLS]``, which replaces the base latency in
+NCCL's model) less the per-step latency the engine already charges the two hops of the slice that
+goes up to the switch and comes back: so one slice costs what NCCL's tuner says."""
+
+
 def call_overhead_s(transport: TransportCosts, algorithm: str, protocol: str | None) -> float:
     """What one collective call costs before its first message: the transport's call latency, and
     under ``nccl`` NCCL's base latency of the algorithm (``ring`` or ``tree``: the family whose
-    table row applies) and protocol (Simple when none)."""
+    table row applies) and protocol (Simple when none); for ``nvls``, :data:`NVLS_CALL_US`."""
     cost = transport.call_latency_s
     if transport.kind == "nccl":
+        index = PROTOCOLS.index(protocol or "simple")
+        if algorithm == "nvls":
+            return cost + NVLS_CALL_US[index] * 1e-6
         row = BASE_LATENCY_US["tree" if "tree" in algorithm else "ring"]
-        cost += row[PROTOCOLS.index(protocol or "simple")] * 1e-6
+        cost += row[index] * 1e-6
     return cost
 
 
