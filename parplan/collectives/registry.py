@@ -12,7 +12,7 @@ and a ``register(...)`` line below; tests (and later plugins) may :func:`registe
 4
 >>> list(ALGORITHMS)  # doctest: +NORMALIZE_WHITESPACE
 ['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical',
- 'nccl_tree', 'nvls', 'auto']
+ 'nccl_tree', 'nvls', 'collnet_direct', 'collnet_chain', 'auto']
 >>> get("tree").label(parse("tree:4"))
 'tree:4'
 """
@@ -29,6 +29,7 @@ from pydantic import Field, TypeAdapter
 from parplan.collectives import (
     auto,
     centralized,
+    collnet,
     double_binary_tree,
     halving_doubling,
     hierarchical,
@@ -220,6 +221,8 @@ register(double_binary_tree.ALL_REDUCE)
 register(hierarchical.ALL_REDUCE)
 register(nccl_tree.ALL_REDUCE)
 register(nvls.ALL_REDUCE)
+register(collnet.ALL_REDUCE_DIRECT)
+register(collnet.ALL_REDUCE_CHAIN)
 register(auto.ALL_REDUCE)
 register(ring.REDUCE_SCATTER)
 register(ring.ALL_GATHER)

@@ -20,6 +20,9 @@ NAMES = sorted(ALGORITHMS)
 PARAMS = {
     "tree": {"name": "tree", "arity": 2, "segments": 2},
     "hierarchical": {"name": "hierarchical", "group_size": 3},
+    # Nodes of 3: steps inside different nodes share no rank (flat, every step meets the switch).
+    "collnet_direct": {"name": "collnet_direct", "group_size": 3, "segments": 2},
+    "collnet_chain": {"name": "collnet_chain", "group_size": 3, "segments": 2},
 }
 
 
