@@ -16,10 +16,12 @@ link, bounds LL and LL128, and the topology search's per-channel speed bounds Si
   with a schedule of their own (the tuner's choice among the rest); forced without one, the tree
   (CollNet) or the ring (NVLS) stands in and the label says so (``auto=nvls_tree as nvls/...``).
   An in-network schedule (a reducing switch in its loop) moves each rank's whole buffer once each
-  way in one stream, so its transfers run at most at NCCL's *algorithm* bandwidth for the choice
-  (bus bandwidth x p / (2(p-1)) for NVLS) rather than a channel's share of the bus bandwidth;
-  the tuner only offers NVLS where the system has it (``hardware: {nvls: true}``), and lowering
-  places the switch rank on the NVSwitch the cluster declares;
+  way, in one stream (NVLS), one per channel (CollNet's chain) or one per GPU of the node, each
+  with its share (CollNet Direct), so its transfers run at most at
+  NCCL's *algorithm* bandwidth for the choice (bus bandwidth x p / (2(p-1)) for NVLS, half the bus
+  bandwidth for CollNet), shared by its channels, rather than a channel's share of the bus
+  bandwidth. The tuner only offers them where the system has them (``hardware: {nvls: true}``,
+  ``{sharp: true}``), and lowering places the switch rank on the switch the cluster declares;
 - ``pat`` -> the ring (PAT only runs all-gather / reduce-scatter with one GPU per node).
 
 The spec's ``algorithm`` and ``protocol`` restrict the choice as NCCL_ALGO and NCCL_PROTO do
@@ -161,11 +163,14 @@ def choose(
     graph = graph_bandwidths(system, nccl.algorithm)
     bus_GBps = bus_bandwidth_GBps(system, collective, nccl.algorithm, nccl.protocol, graph)  # type: ignore[arg-type]
     per_channel_Bps = bus_GBps * 1e9 / graph.n_channels if graph.n_channels and bus_GBps > 0 else math.inf
-    if registered[name].switch_capabilities:  # one stream per rank carries its whole buffer
+    if registered[name].switch_capabilities:  # each rank's buffer goes once each way
         algbw_GBps = algorithm_bandwidth_GBps(
             system, collective, nccl.algorithm, nccl.protocol, graph  # type: ignore[arg-type]
         )
-        per_channel_Bps = algbw_GBps * 1e9 if algbw_GBps > 0 else math.inf
+        # CollNet Direct: each GPU of a node carries its 1/ppn share of the buffer through its NIC.
+        direct = nccl.algorithm == "collnet_direct"
+        streams = int(getattr(concrete, "channels", None) or (system.ranks_per_node if direct else 1))
+        per_channel_Bps = algbw_GBps * 1e9 / streams if algbw_GBps > 0 else math.inf
     return AutoChoice(concrete, nccl.protocol, label, nccl, per_channel_Bps)
 
 
