@@ -14,7 +14,7 @@ link, bounds LL and LL128, and the topology search's per-channel speed bounds Si
 - ``nvls`` / ``nvls_tree`` / ``collnet_direct`` / ``collnet_chain`` -> the registered schedule of that
   name (``nvls`` is one: :mod:`parplan.collectives.nvls`). Unforced, ``auto`` only picks algorithms
   with a schedule of their own (the tuner's choice among the rest); forced without one, the tree
-  (CollNet) or the ring (NVLS) stands in and the label says so (``auto=nvls_tree as nvls/...``).
+  (NVLS Tree) stands in and the label says so (``auto=nvls_tree as nccl_tree/...``).
   An in-network schedule (a reducing switch in its loop) moves each rank's whole buffer once each
   way, in one stream (NVLS), one per channel (CollNet's chain) or one per GPU of the node, each
   with its share (CollNet Direct), so its transfers run at most at
@@ -85,7 +85,7 @@ STAND_INS: dict[str, tuple[str, ...]] = {
     "ring": ("ring",),
     "tree": ("nccl_tree", "double_binary_tree"),
     "nvls": ("nvls", "ring"),
-    "nvls_tree": ("nvls_tree", "nvls", "nccl_tree", "double_binary_tree"),
+    "nvls_tree": ("nvls_tree", "nccl_tree", "double_binary_tree"),
     "collnet_direct": ("collnet_direct", "nccl_tree", "double_binary_tree"),
     "collnet_chain": ("collnet_chain", "nccl_tree", "double_binary_tree"),
     "pat": ("pat", "ring"),

@@ -36,13 +36,10 @@ Any violation raises :class:`~parplan.errors.CollectiveError` naming the step. E
 tracked in *atoms*, the maximal ranges no step boundary cuts, so the bookkeeping costs per step,
 not per element.
 
-Switch ranks (:class:`~parplan.collectives.schedule.SwitchRank`, ids ``num_ranks ..``) take part
-like ranks with three differences: they start with zeros and no contribution (so a switch may
-only send what was reduced into it, and a reduction into it is checked for double counting like any
-other), they have no output, and the caller gives no array for them.
-
-Bytes moved are counted per endpoint (sent, received, reduced into: the ranks, then the switch
-ranks), per step and per phase.
+Switch ranks (ids ``num_ranks ..``, :class:`~parplan.collectives.schedule.SwitchRank`) take part like
+ranks, but start with zeros and no contribution (they only send what was reduced into them), have
+no output and get no array from the caller. Bytes moved are counted per endpoint (sent, received,
+reduced into: the ranks, then the switch ranks), per step and per phase.
 """
 
 from __future__ import annotations

@@ -9,6 +9,12 @@ slice ``k`` is in, the switch sends the reduced slice ``k`` back to every rank. 
 places it on the NVSwitch the cluster declares able to reduce (``hardware: {nvswitch: true, nvls:
 true}``); on any other cluster lowering refuses it.
 
+Across nodes (several rank groups: the ranks of each node, or ``group_size`` blocks) NCCL runs NVLS
+only with CollNet, and so does this schedule: each node's NVSwitch (a switch rank per node) sends
+its node's sum of a slice to an InfiniBand switch that reduces (one more switch rank, capability
+``sharp``), which sends the total back to every node's NVSwitch, which multicasts it. Lowering
+then needs both declarations (``nvls`` and ``sharp``).
+
 Per rank, slices go up one after another (program order) and come down one after another, so the
 reduce of slice ``k + 1`` overlaps the multicast of slice ``k``. Each rank's link carries ``n``
 bytes up and ``n`` down, both directions at once, so the time is about ``n`` over the link rate:
@@ -25,8 +31,10 @@ switch (so a hop to or from the switch costs ``alpha / 2 + m beta``, the switch 
 middle of the path), ``S`` equal slices of ``m = n / S`` bytes: ``(S + 1)(alpha / 2) + n beta + m
 beta``, the ``S`` slices going up and the last one coming down. A switch reduces at line rate, so
 there is no ``gamma`` term (the engine charges switch endpoints none). Exact on the engine's star
-switch for slices of equal size. Traffic: each rank sends and receives ``n`` elements; the switch
-rank (last entry) receives and sends ``p n``.
+switch for slices of equal size, on one node (several nodes: the same with the hop between the
+switches added, an estimate). Traffic: each rank sends and receives ``n`` elements; a node's
+switch rank receives and sends ``(ranks of the node) x n``, plus ``n`` each way to the SHARP
+switch across nodes, which receives and sends ``nodes x n``.
 
 >>> s = nvls_all_reduce(4, 8, segments=2)
 >>> s.num_endpoints, s.num_steps, s.switches[0].capability
@@ -44,41 +52,58 @@ from pydantic import Field
 
 from parplan.collectives._build import StepBuffer, check_sizes
 from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
+from parplan.collectives.groups import resolve_groups
 from parplan.collectives.nccl_tree import ASSUMED_ELEMENT_BYTES, auto_segments
 from parplan.collectives.schedule import Schedule, SwitchRank, chunk_bounds
 
-NVLS_PHASES = ("switch reduce", "multicast")
+NVLS_PHASES = ("switch reduce", "multicast", "across nodes", "back from across")
 
 
-def nvls_all_reduce(num_ranks: int, num_elements: int, *, segments: int | None = None) -> Schedule:
-    """NVLS all-reduce on ``num_ranks`` ranks of one NVSwitch (see the module docstring)."""
+def nvls_all_reduce(
+    num_ranks: int,
+    num_elements: int,
+    *,
+    segments: int | None = None,
+    groups: Groups | None = None,
+    group_size: int | None = None,
+) -> Schedule:
+    """NVLS all-reduce on ``num_ranks`` ranks, an NVSwitch per group (see the module docstring)."""
     check_sizes(num_ranks, num_elements)
     count = auto_segments(num_elements, segments)
-    if num_ranks == 1:
-        return StepBuffer().build(
-            algorithm="nvls", collective="all_reduce", num_ranks=1, num_elements=num_elements,
-            phase_names=NVLS_PHASES, meta={"segments": count},
-        )
-    switch = num_ranks
+    nodes = resolve_groups(num_ranks, groups, group_size) if num_ranks > 1 else []
+    switch = [num_ranks + g for g in range(len(nodes))]  # each node's NVSwitch
+    sharp = num_ranks + len(nodes)  # the InfiniBand switch across nodes, if several
     bounds = chunk_bounds(num_elements, count).tolist()
     buf = StepBuffer()
-    up: list[int] = []
-    down: list[int] = []
-    for k in range(count):
-        offset, length = bounds[k], bounds[k + 1] - bounds[k]
-        up = [buf.add(r, switch, offset, length, True, 0, up[r : r + 1]) for r in range(num_ranks)]
-        down = [
-            buf.add(switch, r, offset, length, False, 1, [*up, *down[r : r + 1]]) for r in range(num_ranks)
-        ]
+    prior: dict[tuple[int, int], int] = {}  # (src, dst) -> its previous step, program order
+
+    def add(src: int, dst: int, k: int, reduce: bool, phase: int, deps: list[int]) -> int:
+        before = prior.get((src, dst))
+        step = buf.add(src, dst, bounds[k], bounds[k + 1] - bounds[k], reduce, phase,
+                       [*deps, *([before] if before is not None else [])])
+        prior[(src, dst)] = step
+        return step
+
+    for k in range(count if nodes else 0):
+        ups = [[add(r, switch[g], k, True, 0, []) for r in node] for g, node in enumerate(nodes)]
+        if len(nodes) > 1:
+            across = [add(switch[g], sharp, k, True, 2, ups[g]) for g in range(len(nodes))]
+            ups = [[add(sharp, switch[g], k, False, 3, across)] for g in range(len(nodes))]
+        for g, node in enumerate(nodes):
+            for r in node:
+                add(switch[g], r, k, False, 1, ups[g])
     schedule = buf.build(
         algorithm="nvls",
         collective="all_reduce",
         num_ranks=num_ranks,
         num_elements=num_elements,
         phase_names=NVLS_PHASES,
-        meta={"segments": count},
+        meta={"segments": count, "groups": tuple(tuple(g) for g in nodes)},
     )
-    return dataclasses.replace(schedule, switches=(SwitchRank("nvls", tuple(range(num_ranks))),))
+    switches = tuple(SwitchRank("nvls", tuple(node)) for node in nodes)
+    if len(nodes) > 1:
+        switches += (SwitchRank("sharp", tuple(range(num_ranks))),)
+    return dataclasses.replace(schedule, switches=switches)
 
 
 class NvlsAlgorithm(AlgorithmSpecBase):
@@ -88,6 +113,7 @@ class NvlsAlgorithm(AlgorithmSpecBase):
 
     name: Literal["nvls"]
     segments: int | None = Field(default=None, ge=1)
+    group_size: int | None = Field(default=None, ge=1)
 
 
 def nvls_time_s(num_ranks: int, size_bytes: float, segments: int, a: float, b: float) -> float:
@@ -106,26 +132,46 @@ class NvlsAllReduce(Algorithm[NvlsAlgorithm]):
     switch_capabilities = frozenset({"nvls"})
 
     def variants(self, num_ranks: int) -> tuple[NvlsAlgorithm, ...]:
-        return (self.default_spec(), NvlsAlgorithm(name="nvls", segments=3))
+        one_node = NvlsAlgorithm(name="nvls", group_size=max(num_ranks, 1))
+        return (one_node, one_node.model_copy(update={"segments": 3}))
+
+    def uses_groups(self, spec: NvlsAlgorithm) -> bool:
+        return spec.group_size is None
 
     def build(
         self, spec: NvlsAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
     ) -> Schedule:
-        return nvls_all_reduce(num_ranks, num_elements, segments=spec.segments)
+        return nvls_all_reduce(
+            num_ranks, num_elements, segments=spec.segments, groups=groups, group_size=spec.group_size
+        )
 
     def closed_form_s(
         self, spec: NvlsAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
     ) -> float:
         segments = auto_segments(math.ceil(size_bytes / ASSUMED_ELEMENT_BYTES), spec.segments)
-        return nvls_time_s(num_ranks, size_bytes, segments, cost.alpha_s, cost.beta_s_per_byte)
+        a, b = cost.alpha_s, cost.beta_s_per_byte
+        within = nvls_time_s(num_ranks, size_bytes, segments, a, b)
+        if len(resolve_groups(num_ranks, groups, spec.group_size)) == 1:
+            return within
+        return within + 2 * (a / 2 + size_bytes / segments * b)  # the last slice's trip across
+
+    def closed_form_estimate(self, spec: NvlsAlgorithm, num_ranks: int, groups: Groups | None = None) -> str:
+        if len(resolve_groups(num_ranks, groups, spec.group_size)) == 1:
+            return ""
+        return "across nodes the closed form adds the switches' hop to the pipeline of one node"
 
     def traffic(
         self, spec: NvlsAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
     ) -> Traffic:
         if num_ranks == 1:
             return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-        each = np.full(num_ranks + 1, num_elements, dtype=np.int64)
-        each[-1] = num_ranks * num_elements
+        nodes = resolve_groups(num_ranks, groups, spec.group_size)
+        across = len(nodes) > 1
+        each = np.full(num_ranks + len(nodes) + across, num_elements, dtype=np.int64)
+        for g, node in enumerate(nodes):
+            each[num_ranks + g] = (len(node) + across) * num_elements
+        if across:
+            each[-1] = len(nodes) * num_elements
         return each, each.copy()
 
 

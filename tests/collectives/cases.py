@@ -54,7 +54,8 @@ def algorithm_specs(draw: st.DrawFn, name: str, p: int) -> tuple[dict[str, Any],
         channels = draw(st.one_of(st.none(), choices) if auto <= limit else choices)
         return ({"name": name} if channels is None else {"name": name, "channels": channels}), groups
     if name == "nvls":
-        return {"name": name, "segments": draw(st.one_of(st.none(), st.integers(1, 5)))}, None
+        spec = {"name": name, "segments": draw(st.one_of(st.none(), st.integers(1, 5)))}
+        return spec, draw(random_groups(p)) if draw(st.booleans()) else None
     if name in ("collnet_direct", "collnet_chain"):
         spec: dict[str, Any] = {"name": name, "segments": draw(st.one_of(st.none(), st.integers(1, 4)))}
         if name == "collnet_chain":

@@ -122,6 +122,19 @@ def test_collnet_runs_on_the_sharp_fabric_of_a_cluster() -> None:
         assert simulate(graph, net).makespan_s > 0
 
 
+def test_nvls_across_nodes_adds_the_sharp_switch() -> None:
+    net = _net("coreweave-h100.yaml")
+    devices = [f"n{i}.d{j}" for i in range(2) for j in range(4)]
+    schedule = build_schedule("nvls", 8, 2**16, groups=[[0, 1, 2, 3], [4, 5, 6, 7]])
+    assert [s.capability for s in schedule.switches] == ["nvls", "nvls", "sharp"]
+    graph = collective_taskgraph(schedule, devices, 4, network=net)
+    assert graph.devices[8:] == ("n0.sw", "n1.sw", "fabric")
+    assert simulate(graph, net).makespan_s > 0
+    hgx = _net("hgx-h100-8gpu.yaml")  # one node: its NVSwitch, no SHARP needed
+    one = build_schedule("nvls", 8, 2**16, groups=[list(range(8))])
+    assert collective_taskgraph(one, list(hgx.devices), 4, network=hgx).devices[8:] == ("n0.sw",)
+
+
 def test_all_leaves_in_network_schedules_out() -> None:
     assert {"nvls", "collnet_direct", "collnet_chain"} <= set(schedules(in_network=True))
     assert not {"nvls", "collnet_direct", "collnet_chain"} & set(schedules())
