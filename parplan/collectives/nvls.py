@@ -176,3 +176,145 @@ class NvlsAllReduce(Algorithm[NvlsAlgorithm]):
 
 
 ALL_REDUCE = NvlsAllReduce()
+
+
+# -- reduce-scatter and all-gather on one NVSwitch ---------------------------------------------------
+
+
+def nvls_reduce_scatter(num_ranks: int, num_elements: int, *, segments: int | None = None) -> Schedule:
+    """Every rank sends each slice to the switch, which adds them and sends each rank the part of
+    the slice in its chunk (:func:`~parplan.collectives.schedule.chunk_bounds`)."""
+    return _nvls_half("reduce_scatter", num_ranks, num_elements, segments)
+
+
+def nvls_all_gather(num_ranks: int, num_elements: int, *, segments: int | None = None) -> Schedule:
+    """Every rank sends the part of each slice in its chunk to the switch, which multicasts the
+    slice to every rank (all but the rank's own part, in two pieces around it)."""
+    return _nvls_half("all_gather", num_ranks, num_elements, segments)
+
+
+def _nvls_half(collective: str, num_ranks: int, num_elements: int, segments: int | None) -> Schedule:
+    """The two halves of NVLS on one switch, slice by slice, each rank's sends and receives in
+    program order across slices."""
+    check_sizes(num_ranks, num_elements)
+    count = auto_segments(num_elements, segments)
+    chunks = chunk_bounds(num_elements, num_ranks).tolist()
+    slices = chunk_bounds(num_elements, count).tolist()
+    switch = num_ranks
+    buf = StepBuffer()
+    up_prior: dict[int, list[int]] = {}
+    down_prior: dict[int, list[int]] = {}
+    reduce = collective == "reduce_scatter"
+    for k in range(count if num_ranks > 1 else 0):
+        lo, hi = slices[k], slices[k + 1]
+        ups: list[tuple[int, int, int]] = []  # (step, start, end) into the switch
+        for r in range(num_ranks):
+            a, b = (lo, hi) if reduce else (max(lo, chunks[r]), min(hi, chunks[r + 1]))
+            if b > a:
+                ups.append((buf.add(r, switch, a, b - a, reduce, 0, up_prior.get(r, [])), a, b))
+                up_prior[r] = [ups[-1][0]]
+        for r in range(num_ranks):
+            pieces = [(max(lo, chunks[r]), min(hi, chunks[r + 1]))] if reduce else [
+                (lo, min(hi, chunks[r])), (max(lo, chunks[r + 1]), hi)]
+            sent = []
+            for a, b in pieces:
+                if b > a:
+                    writers = [s for s, x, y in ups if x < b and a < y]
+                    sent.append(buf.add(switch, r, a, b - a, False, 1, [*writers, *down_prior.get(r, [])]))
+            down_prior[r] = sent or down_prior.get(r, [])
+    schedule = buf.build(
+        algorithm="nvls",
+        collective=collective,
+        num_ranks=num_ranks,
+        num_elements=num_elements,
+        phase_names=NVLS_PHASES[:2],
+        meta={"segments": count},
+    )
+    if num_ranks == 1:
+        return schedule
+    return dataclasses.replace(schedule, switches=(SwitchRank("nvls", tuple(range(num_ranks))),))
+
+
+class NvlsHalfAlgorithm(AlgorithmSpecBase):
+    """NVLS reduce-scatter or all-gather on one NVSwitch, in ``segments`` slices (None: NCCL-like
+    128 KiB). Needs ``hardware: {nvswitch: true, nvls: true}``. Short form ``nvls:4``."""
+
+    name: Literal["nvls"]
+    segments: int | None = Field(default=None, ge=1)
+
+
+class _NvlsHalf(Algorithm[NvlsHalfAlgorithm]):
+    """Shared parts of the NVLS reduce-scatter and all-gather."""
+
+    name = "nvls"
+    spec_type = NvlsHalfAlgorithm
+    short_parameter = "segments"
+    switch_capabilities = frozenset({"nvls"})
+
+    def build(
+        self, spec: NvlsHalfAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Schedule:
+        return _nvls_half(self.collective, num_ranks, num_elements, spec.segments)
+
+    def closed_form_estimate(
+        self, spec: NvlsHalfAlgorithm, num_ranks: int, groups: Groups | None = None
+    ) -> str:
+        if spec.segments == 1:
+            return ""
+        return "with several slices, the closed form assumes slices and chunks line up"
+
+    def traffic(
+        self, spec: NvlsHalfAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> Traffic:
+        if num_ranks == 1:
+            return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        own = np.diff(chunk_bounds(num_elements, num_ranks))
+        total = np.array([num_elements * num_ranks], dtype=np.int64)
+        if self.collective == "reduce_scatter":  # all of it up, its chunk down
+            up = np.full(num_ranks, num_elements, dtype=np.int64)
+            return np.concatenate([up, [num_elements]]), np.concatenate([own, total])
+        rest = num_elements - own  # its chunk up, the rest down
+        return np.concatenate([own, [total[0] - num_elements]]), np.concatenate([rest, [num_elements]])
+
+
+class NvlsReduceScatter(_NvlsHalf):
+    """NVLS reduce-scatter: ``S`` slices up, each rank's part of the last one down:
+    ``S (alpha/2 + (n/S) beta) + alpha/2 + min(n/S, n/p) beta`` on the star switch (exact with one
+    slice, and where slices and chunks line up)."""
+
+    collective = "reduce_scatter"
+
+    def closed_form_s(
+        self,
+        spec: NvlsHalfAlgorithm,
+        num_ranks: int,
+        size_bytes: float,
+        cost: UniformCost,
+        groups: Groups | None,
+    ) -> float:
+        s = auto_segments(math.ceil(size_bytes / ASSUMED_ELEMENT_BYTES), spec.segments)
+        a, b = cost.alpha_s, cost.beta_s_per_byte
+        return s * (a / 2 + size_bytes / s * b) + a / 2 + min(size_bytes / s, size_bytes / num_ranks) * b
+
+
+class NvlsAllGather(_NvlsHalf):
+    """NVLS all-gather: each rank's chunk up, every slice down but the rank's own part; with one
+    slice ``alpha + n beta`` on the star switch (each rank's ``n/p`` up, then ``(p-1)/p n`` down)."""
+
+    collective = "all_gather"
+
+    def closed_form_s(
+        self,
+        spec: NvlsHalfAlgorithm,
+        num_ranks: int,
+        size_bytes: float,
+        cost: UniformCost,
+        groups: Groups | None,
+    ) -> float:
+        s = auto_segments(math.ceil(size_bytes / ASSUMED_ELEMENT_BYTES), spec.segments)
+        a, b = cost.alpha_s, cost.beta_s_per_byte
+        return (s + 1) * a / 2 + size_bytes * b + (size_bytes / s * b if s > 1 else 0.0)
+
+
+REDUCE_SCATTER = NvlsReduceScatter()
+ALL_GATHER = NvlsAllGather()
