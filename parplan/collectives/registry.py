@@ -12,7 +12,7 @@ and a ``register(...)`` line below; tests (and later plugins) may :func:`registe
 4
 >>> list(ALGORITHMS)  # doctest: +NORMALIZE_WHITESPACE
 ['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical',
- 'nccl_tree', 'nvls', 'collnet_direct', 'collnet_chain', 'auto']
+ 'nccl_tree', 'nvls', 'nvls_tree', 'collnet_direct', 'collnet_chain', 'auto']
 >>> get("tree").label(parse("tree:4"))
 'tree:4'
 """
@@ -35,6 +35,7 @@ from parplan.collectives import (
     hierarchical,
     nccl_tree,
     nvls,
+    nvls_tree,
     ring,
     tree,
     tree_broadcast,
@@ -221,6 +222,7 @@ register(double_binary_tree.ALL_REDUCE)
 register(hierarchical.ALL_REDUCE)
 register(nccl_tree.ALL_REDUCE)
 register(nvls.ALL_REDUCE)
+register(nvls_tree.ALL_REDUCE)
 register(collnet.ALL_REDUCE_DIRECT)
 register(collnet.ALL_REDUCE_CHAIN)
 register(auto.ALL_REDUCE)

@@ -53,7 +53,7 @@ def algorithm_specs(draw: st.DrawFn, name: str, p: int) -> tuple[dict[str, Any],
         choices = st.integers(1, min(4, limit))
         channels = draw(st.one_of(st.none(), choices) if auto <= limit else choices)
         return ({"name": name} if channels is None else {"name": name, "channels": channels}), groups
-    if name == "nvls":
+    if name in ("nvls", "nvls_tree"):
         spec = {"name": name, "segments": draw(st.one_of(st.none(), st.integers(1, 5)))}
         return spec, draw(random_groups(p)) if draw(st.booleans()) else None
     if name in ("collnet_direct", "collnet_chain"):

@@ -23,6 +23,7 @@ PARAMS = {
     # Nodes of 3: steps inside different nodes share no rank (flat, every step meets the switch).
     "collnet_direct": {"name": "collnet_direct", "group_size": 3, "segments": 2},
     "collnet_chain": {"name": "collnet_chain", "group_size": 3, "segments": 2},
+    "nvls_tree": {"name": "nvls_tree", "group_size": 3, "segments": 2},
 }
 
 

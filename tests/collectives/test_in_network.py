@@ -135,9 +135,24 @@ def test_nvls_across_nodes_adds_the_sharp_switch() -> None:
     assert collective_taskgraph(one, list(hgx.devices), 4, network=hgx).devices[8:] == ("n0.sw",)
 
 
+def test_nvls_tree_reduces_in_each_nvswitch_and_trees_across() -> None:
+    net = _net("coreweave-h100.yaml")
+    devices = [f"n{i}.d{j}" for i in range(3) for j in range(2)]
+    schedule = build_schedule({"name": "nvls_tree", "segments": 4}, 6, 4096, groups=[[0, 1], [2, 3], [4, 5]])
+    assert [s.capability for s in schedule.switches] == ["nvls"] * 3
+    tree_senders = {int(schedule.src[i]) for i in range(schedule.num_steps) if schedule.phase[i] == 2}
+    assert len(tree_senders) > 1  # the heads rotate from slice to slice
+    graph = collective_taskgraph(schedule, devices, 4, network=net)
+    assert graph.devices[6:] == ("n0.sw", "n1.sw", "n2.sw")
+    assert simulate(graph, net).makespan_s > 0
+    one_node = build_schedule("nvls_tree", 4, 64)  # NCCL has no NVLS Tree on one node: NVLS
+    assert one_node.algorithm == "nvls_tree" and len(one_node.switches) == 1
+
+
 def test_all_leaves_in_network_schedules_out() -> None:
-    assert {"nvls", "collnet_direct", "collnet_chain"} <= set(schedules(in_network=True))
-    assert not {"nvls", "collnet_direct", "collnet_chain"} & set(schedules())
+    in_network = {"nvls", "nvls_tree", "collnet_direct", "collnet_chain"}
+    assert in_network <= set(schedules(in_network=True))
+    assert not in_network & set(schedules())
 
 
 # -- closed forms with several ranks per node ---------------------------------------------------

@@ -56,6 +56,7 @@ VARIANTS: list[Any] = [
     "hierarchical:group",
     "nccl_tree",
     "nvls",  # the star's switch reduces (marked so below); no switch on a mesh
+    "nvls_tree",  # one node: NVLS
     "collnet_direct",  # likewise, flat: one rank per node
     "collnet_chain",
     "auto",  # without a GPU architecture: the ring
@@ -117,7 +118,7 @@ def _cases() -> list[Any]:
     for variant in VARIANTS:
         for p in FAST_P:
             for kind in ("switch", "mesh"):
-                if kind == "mesh" and variant in ("nvls", "collnet_direct", "collnet_chain"):
+                if kind == "mesh" and variant in ("nvls", "nvls_tree", "collnet_direct", "collnet_chain"):
                     continue
                 cases.append(pytest.param(variant, p, kind, id=f"{_label(variant)}-p{p}-{kind}"))
     return cases
