@@ -10,10 +10,11 @@ places it on the NVSwitch the cluster declares able to reduce (``hardware: {nvsw
 true}``); on any other cluster lowering refuses it.
 
 Across nodes (several rank groups: the ranks of each node, or ``group_size`` blocks) NCCL runs NVLS
-only with CollNet, and so does this schedule: each node's NVSwitch (a switch rank per node) sends
-its node's sum of a slice to an InfiniBand switch that reduces (one more switch rank, capability
-``sharp``), which sends the total back to every node's NVSwitch, which multicasts it. Lowering
-then needs both declarations (``nvls`` and ``sharp``).
+only with CollNet, and so does this schedule (:mod:`parplan.collectives._nvls_nodes`): each node's
+NVSwitch (a switch rank per node) hands its node's sum of a slice to the slice's head GPU, which
+sends it through its NIC to an InfiniBand switch that reduces (one more switch rank, capability
+``sharp``) and gets the total back for the NVSwitch to multicast. Lowering then needs both
+declarations (``nvls`` and ``sharp``).
 
 Per rank, slices go up one after another (program order) and come down one after another, so the
 reduce of slice ``k + 1`` overlaps the multicast of slice ``k``. Each rank's link carries ``n``
@@ -31,10 +32,9 @@ switch (so a hop to or from the switch costs ``alpha / 2 + m beta``, the switch 
 middle of the path), ``S`` equal slices of ``m = n / S`` bytes: ``(S + 1)(alpha / 2) + n beta + m
 beta``, the ``S`` slices going up and the last one coming down. A switch reduces at line rate, so
 there is no ``gamma`` term (the engine charges switch endpoints none). Exact on the engine's star
-switch for slices of equal size, on one node (several nodes: the same with the hop between the
-switches added, an estimate). Traffic: each rank sends and receives ``n`` elements; a node's
-switch rank receives and sends ``(ranks of the node) x n``, plus ``n`` each way to the SHARP
-switch across nodes, which receives and sends ``nodes x n``.
+switch for slices of equal size, on one node (several nodes: the same plus one slice's trip to the
+head, across and back, an estimate). Traffic: on one node each rank sends and receives ``n``
+elements, the switch rank (last entry) ``p n``; across nodes as the shared module counts it.
 
 >>> s = nvls_all_reduce(4, 8, segments=2)
 >>> s.num_endpoints, s.num_steps, s.switches[0].capability
@@ -51,12 +51,13 @@ import numpy as np
 from pydantic import Field
 
 from parplan.collectives._build import StepBuffer, check_sizes
+from parplan.collectives._nvls_nodes import nodes_all_reduce, nodes_traffic
 from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
 from parplan.collectives.groups import resolve_groups
 from parplan.collectives.nccl_tree import ASSUMED_ELEMENT_BYTES, auto_segments
 from parplan.collectives.schedule import Schedule, SwitchRank, chunk_bounds
 
-NVLS_PHASES = ("switch reduce", "multicast", "across nodes", "back from across")
+NVLS_PHASES = ("switch reduce", "multicast")
 
 
 def nvls_all_reduce(
@@ -71,39 +72,30 @@ def nvls_all_reduce(
     check_sizes(num_ranks, num_elements)
     count = auto_segments(num_elements, segments)
     nodes = resolve_groups(num_ranks, groups, group_size) if num_ranks > 1 else []
-    switch = [num_ranks + g for g in range(len(nodes))]  # each node's NVSwitch
-    sharp = num_ranks + len(nodes)  # the InfiniBand switch across nodes, if several
+    if len(nodes) > 1:
+        return nodes_all_reduce("nvls", num_ranks, num_elements, nodes, count, "sharp")
+    switch = num_ranks
     bounds = chunk_bounds(num_elements, count).tolist()
     buf = StepBuffer()
-    prior: dict[tuple[int, int], int] = {}  # (src, dst) -> its previous step, program order
-
-    def add(src: int, dst: int, k: int, reduce: bool, phase: int, deps: list[int]) -> int:
-        before = prior.get((src, dst))
-        step = buf.add(src, dst, bounds[k], bounds[k + 1] - bounds[k], reduce, phase,
-                       [*deps, *([before] if before is not None else [])])
-        prior[(src, dst)] = step
-        return step
-
+    up: list[int] = []
+    down: list[int] = []
     for k in range(count if nodes else 0):
-        ups = [[add(r, switch[g], k, True, 0, []) for r in node] for g, node in enumerate(nodes)]
-        if len(nodes) > 1:
-            across = [add(switch[g], sharp, k, True, 2, ups[g]) for g in range(len(nodes))]
-            ups = [[add(sharp, switch[g], k, False, 3, across)] for g in range(len(nodes))]
-        for g, node in enumerate(nodes):
-            for r in node:
-                add(switch[g], r, k, False, 1, ups[g])
+        offset, length = bounds[k], bounds[k + 1] - bounds[k]
+        up = [buf.add(r, switch, offset, length, True, 0, up[r : r + 1]) for r in range(num_ranks)]
+        down = [
+            buf.add(switch, r, offset, length, False, 1, [*up, *down[r : r + 1]]) for r in range(num_ranks)
+        ]
     schedule = buf.build(
         algorithm="nvls",
         collective="all_reduce",
         num_ranks=num_ranks,
         num_elements=num_elements,
         phase_names=NVLS_PHASES,
-        meta={"segments": count, "groups": tuple(tuple(g) for g in nodes)},
+        meta={"segments": count},
     )
-    switches = tuple(SwitchRank("nvls", tuple(node)) for node in nodes)
-    if len(nodes) > 1:
-        switches += (SwitchRank("sharp", tuple(range(num_ranks))),)
-    return dataclasses.replace(schedule, switches=switches)
+    if not nodes:
+        return schedule
+    return dataclasses.replace(schedule, switches=(SwitchRank("nvls", tuple(range(num_ranks))),))
 
 
 class NvlsAlgorithm(AlgorithmSpecBase):
@@ -153,7 +145,7 @@ class NvlsAllReduce(Algorithm[NvlsAlgorithm]):
         within = nvls_time_s(num_ranks, size_bytes, segments, a, b)
         if len(resolve_groups(num_ranks, groups, spec.group_size)) == 1:
             return within
-        return within + 2 * (a / 2 + size_bytes / segments * b)  # the last slice's trip across
+        return within + 4 * (a / 2 + size_bytes / segments * b)  # the last slice's trip across
 
     def closed_form_estimate(self, spec: NvlsAlgorithm, num_ranks: int, groups: Groups | None = None) -> str:
         if len(resolve_groups(num_ranks, groups, spec.group_size)) == 1:
@@ -166,12 +158,11 @@ class NvlsAllReduce(Algorithm[NvlsAlgorithm]):
         if num_ranks == 1:
             return np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         nodes = resolve_groups(num_ranks, groups, spec.group_size)
-        across = len(nodes) > 1
-        each = np.full(num_ranks + len(nodes) + across, num_elements, dtype=np.int64)
-        for g, node in enumerate(nodes):
-            each[num_ranks + g] = (len(node) + across) * num_elements
-        if across:
-            each[-1] = len(nodes) * num_elements
+        if len(nodes) > 1:
+            count = auto_segments(num_elements, spec.segments)
+            return nodes_traffic(num_ranks, num_elements, nodes, count, "sharp")
+        each = np.full(num_ranks + 1, num_elements, dtype=np.int64)
+        each[-1] = num_ranks * num_elements
         return each, each.copy()
 
 

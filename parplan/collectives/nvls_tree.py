@@ -15,8 +15,8 @@ NVSwitch's multicast to the node. As a schedule, per slice ``k`` of ``segments``
    in one and a leaf in the other;
 4. each head sends the total back to its NVSwitch, which multicasts it to the node's other ranks.
 
-Each rank's sends and receives to one peer run in program order across slices, so slices pipeline.
-On one node there is no tree (NCCL turns NVLS Tree off there): the schedule is NVLS
+The steps are those of :mod:`parplan.collectives._nvls_nodes` with a tree across. On one node
+there is no tree (NCCL turns NVLS Tree off there): the schedule is NVLS
 (:mod:`parplan.collectives.nvls`). Groups (the ranks of each node) come from the cluster unless
 ``group_size`` sets blocks; lowering needs an NVSwitch per node that the cluster declares able to
 reduce (``hardware: {nvswitch: true, nvls: true}``).
@@ -36,32 +36,16 @@ import dataclasses
 import math
 from typing import Literal
 
-import numpy as np
 from pydantic import Field
 
-from parplan.collectives._build import StepBuffer, check_sizes
+from parplan.collectives._build import check_sizes
+from parplan.collectives._nvls_nodes import node_trees, nodes_all_reduce, nodes_traffic, tree_order
 from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
-from parplan.collectives.double_binary_tree import double_binary_trees
 from parplan.collectives.groups import resolve_groups
 from parplan.collectives.nccl_tree import ASSUMED_ELEMENT_BYTES, auto_segments
 from parplan.collectives.nvls import ALL_REDUCE as NVLS_ALL_REDUCE
 from parplan.collectives.nvls import NvlsAlgorithm, nvls_all_reduce, nvls_time_s
-from parplan.collectives.schedule import Schedule, SwitchRank, chunk_bounds
-
-PHASES = ("switch reduce", "to head", "tree reduce", "tree broadcast", "to switch", "multicast")
-
-
-def _node_trees(nodes: int) -> list[list[int]]:
-    """The parent arrays over nodes the slices alternate between (one lone root on one node)."""
-    return [[-1]] if nodes == 1 else list(double_binary_trees(nodes))
-
-
-def _tree_order(parents: list[int]) -> list[int]:
-    """Nodes from the root down (breadth first)."""
-    order = [parents.index(-1)]
-    for u in order:
-        order.extend(v for v, w in enumerate(parents) if w == u)
-    return order
+from parplan.collectives.schedule import Schedule
 
 
 def nvls_tree_all_reduce(
@@ -79,50 +63,7 @@ def nvls_tree_all_reduce(
         single = nvls_all_reduce(num_ranks, num_elements, segments=segments, groups=nodes)
         return dataclasses.replace(single, algorithm="nvls_tree")
     count = auto_segments(num_elements, segments)
-    switch = [num_ranks + g for g in range(len(nodes))]
-    slices = chunk_bounds(num_elements, count).tolist()
-    trees = _node_trees(len(nodes))
-    buf = StepBuffer()
-    prior: dict[tuple[int, int, int], int] = {}  # (phase, src, dst) -> the step before, that pair
-
-    def add(src: int, dst: int, k: int, reduce: bool, phase: int, deps: list[int]) -> int:
-        # Program order per stage: a pair's sends of one phase go slice after slice (a rank's
-        # stages run side by side, as NCCL's do on their own channels).
-        before = prior.get((phase, src, dst))
-        step = buf.add(src, dst, slices[k], slices[k + 1] - slices[k], reduce, phase,
-                       [*deps, *([before] if before is not None else [])])
-        prior[(phase, src, dst)] = step
-        return step
-
-    for k in range(count):
-        heads = [node[k % len(node)] for node in nodes]
-        parents = trees[k % len(trees)]
-        order = _tree_order(parents)
-        live: list[list[int]] = []  # per node: the steps whose writes make up its head's slice
-        for g, node in enumerate(nodes):
-            ups = [add(r, switch[g], k, True, 0, []) for r in node]
-            live.append([add(switch[g], heads[g], k, False, 1, ups)])
-        for v in reversed(order[1:]):  # deepest first: a head sends once its children are in
-            # ... into a head that holds its node's sum already (the parent's step to its head).
-            into = add(heads[v], heads[parents[v]], k, True, 2, [*live[v], live[parents[v]][0]])
-            live[parents[v]].append(into)
-        for v in order[1:]:
-            live[v] = [add(heads[parents[v]], heads[v], k, False, 3, live[parents[v]])]
-        for g, node in enumerate(nodes):
-            if len(node) > 1:  # a lone head has the total already
-                back = add(heads[g], switch[g], k, False, 4, live[g])
-                for r in node:
-                    if r != heads[g]:
-                        add(switch[g], r, k, False, 5, [back])
-    schedule = buf.build(
-        algorithm="nvls_tree",
-        collective="all_reduce",
-        num_ranks=num_ranks,
-        num_elements=num_elements,
-        phase_names=PHASES,
-        meta={"segments": count, "groups": tuple(tuple(g) for g in nodes)},
-    )
-    return dataclasses.replace(schedule, switches=tuple(SwitchRank("nvls", tuple(n)) for n in nodes))
+    return nodes_all_reduce("nvls_tree", num_ranks, num_elements, nodes, count, "tree")
 
 
 class NvlsTreeAlgorithm(AlgorithmSpecBase):
@@ -173,7 +114,7 @@ class NvlsTreeAllReduce(Algorithm[NvlsTreeAlgorithm]):
         if len(nodes) == 1:
             return within
         m = size_bytes / segments
-        depth = max(len(_tree_order(t)) for t in _node_trees(len(nodes)))  # a bound on the depth
+        depth = max(len(tree_order(t)) for t in node_trees(len(nodes)))  # a bound on the depth
         depth = math.ceil(math.log2(depth + 1))
         return within + 2 * (a / 2 + m * b) + 2 * depth * (a + m * b)
 
@@ -192,28 +133,7 @@ class NvlsTreeAllReduce(Algorithm[NvlsTreeAlgorithm]):
             one = NvlsAlgorithm(name="nvls", segments=spec.segments)
             return NVLS_ALL_REDUCE.traffic(one, num_ranks, num_elements, [list(range(num_ranks))])
         count = auto_segments(num_elements, spec.segments)
-        slices = np.diff(chunk_bounds(num_elements, count))
-        sent = np.zeros(num_ranks + len(nodes), dtype=np.int64)
-        received = np.zeros(num_ranks + len(nodes), dtype=np.int64)
-        trees = _node_trees(len(nodes))
-        for k, m in enumerate(slices.tolist()):
-            heads = [node[k % len(node)] for node in nodes]
-            parents = trees[k % len(trees)]
-            for g, node in enumerate(nodes):
-                sw = num_ranks + g
-                sent[node] += m  # up to the switch
-                received[sw] += m * len(node)
-                sent[sw] += m * len(node)  # to the head, then to the others
-                received[node] += m  # the others from the switch, the head its node's sum
-                if len(node) > 1:  # back to the switch, for the others
-                    sent[heads[g]] += m
-                    received[sw] += m
-                if parents[g] >= 0:  # up and down one tree edge
-                    sent[heads[g]] += m
-                    received[heads[parents[g]]] += m
-                    sent[heads[parents[g]]] += m
-                    received[heads[g]] += m
-        return sent, received
+        return nodes_traffic(num_ranks, num_elements, nodes, count, "tree")
 
 
 ALL_REDUCE = NvlsTreeAllReduce()
