@@ -12,9 +12,10 @@ link, bounds LL and LL128, and the topology search's per-channel speed bounds Si
 - ``tree`` -> NCCL's tree (``nccl_tree``) when registered, else ``double_binary_tree``, pipelined in
   NCCL's chunks: a protocol's step buffer (:data:`CHUNK_BYTES`) per segment;
 - ``nvls`` / ``nvls_tree`` / ``collnet_direct`` / ``collnet_chain`` -> the registered schedule of that
-  name (``nvls`` is one: :mod:`parplan.collectives.nvls`). Unforced, ``auto`` only picks algorithms
-  with a schedule of their own (the tuner's choice among the rest); forced without one, the tree
-  (NVLS Tree) stands in and the label says so (``auto=nvls_tree as nccl_tree/...``).
+  name (:mod:`parplan.collectives.nvls`, ``nvls_tree``, ``collnet``). Unforced, ``auto`` only picks
+  algorithms with a schedule of their own, and not NVLS Tree yet (:data:`FORCED_ONLY`): the tuner's
+  choice among the rest; forced without one, a stand-in runs it and the label says so
+  (:data:`STAND_INS`: ``auto=nvls_tree as nccl_tree/...`` were NVLS Tree unregistered).
   An in-network schedule (a reducing switch in its loop) moves each rank's whole buffer once each
   way, in one stream (NVLS), one per channel (CollNet's chain) or one per GPU of the node, each
   with its share (CollNet Direct), so its transfers run at most at
@@ -91,6 +92,11 @@ STAND_INS: dict[str, tuple[str, ...]] = {
     "pat": ("pat", "ring"),
 }
 """Per NCCL algorithm, what runs it when forced: its schedules, then the closest stand-ins."""
+FORCED_ONLY: frozenset[str] = frozenset({"nvls_tree"})
+"""NCCL algorithms ``auto`` runs only when forced, though they have a schedule: NVLS Tree's is
+proven on arrays, but its six pipelined stages (each step paying its latency in turn) and one NIC
+per slice put it 2-5x over the published 2-node H100 run at 4-64 MiB, where NCCL's tuner would
+pick it; unforced, ``auto`` takes what NCCL would run without it."""
 
 
 class AutoAlgorithm(AlgorithmSpecBase):
@@ -150,7 +156,9 @@ def choose(
         return AutoChoice(ring.RingAlgorithm(name="ring"), protocol, f"auto=ring/{protocol}")
     nccl = select(system, collective, max(int(size_bytes), 1),  # type: ignore[arg-type]
                   algorithms=spec.algorithm, protocols=spec.protocol)
-    missing = [a for a in NCCL_ALGORITHMS if not any(n in registered for n in SCHEDULES[a])]
+    missing = [
+        a for a in NCCL_ALGORITHMS if a in FORCED_ONLY or not any(n in registered for n in SCHEDULES[a])
+    ]
     if spec.algorithm is None and nccl.algorithm in missing:
         # Unforced, auto picks among the algorithms parplan has schedules for: what NCCL would
         # run were the others unavailable.
