@@ -30,6 +30,7 @@ import numpy as np
 from parplan.collectives.algorithm import AlgorithmSpecBase, Groups, UniformCost
 from parplan.collectives.registry import get
 from parplan.config.units import human_bandwidth, human_bytes, human_seconds
+from parplan.plan.collective import endpoint_devices
 from parplan.topology.network import Network
 
 if TYPE_CHECKING:
@@ -146,10 +147,12 @@ def fit_algorithm(
         return AlgorithmFit(label, params, True, base_assumes, "", 0)
     found = get(spec.name, collective)
     schedule = found.build(spec, p, max(count, p), groups)
+    ends = endpoint_devices(schedule, devices, network)  # the ranks' devices, then switch ranks'
+    e = len(ends)
     src = schedule.src.astype(np.int64)
     dst = schedule.dst.astype(np.int64)
     size_bytes = schedule.length.astype(np.float64) * element_bytes
-    pair_id = src * p + dst
+    pair_id = src * e + dst
     pairs, inverse = np.unique(pair_id, return_inverse=True)
     pair_bytes = np.bincount(inverse, weights=size_bytes, minlength=len(pairs))
     load = np.zeros(len(network.channel_bandwidth_Bps))
@@ -157,15 +160,17 @@ def fit_algorithm(
     widths: list[float] = []
     ports: dict[tuple[str, int], set[int]] = {}  # the links each rank's messages leave / arrive on
     for k, pid in enumerate(pairs.tolist()):
-        channels, latency = network.route(devices[pid // p], devices[pid % p])
+        channels, latency = network.route(ends[pid // e], ends[pid % e])
         np.add.at(load, channels, pair_bytes[k])
         latencies.append(latency)
         widths.append(float(network.channel_bandwidth_Bps[channels].min()) if len(channels) else np.inf)
         if len(channels):
-            ports.setdefault(("out", pid // p), set()).add(int(channels[0]))
-            ports.setdefault(("in", pid % p), set()).add(int(channels[-1]))
-    sent = np.bincount(src, weights=size_bytes, minlength=p)
-    received = np.bincount(dst, weights=size_bytes, minlength=p)
+            if pid // e < p:  # a switch rank is no port of the model's
+                ports.setdefault(("out", pid // e), set()).add(int(channels[0]))
+            if pid % e < p:
+                ports.setdefault(("in", pid % e), set()).add(int(channels[-1]))
+    sent = np.bincount(src, weights=size_bytes, minlength=e)[:p]
+    received = np.bincount(dst, weights=size_bytes, minlength=e)[:p]
     # The bytes the uniform model puts on its busiest link: a rank's port, or a pair's own link.
     port_bytes = float(max(sent.max(), received.max()) if params.shared_port else pair_bytes.max())
     busy_s = load / network.channel_bandwidth_Bps

@@ -391,7 +391,13 @@ def _simulate(
     schedule = found.build(spec, len(devices), count, groups)
     call_s = call_overhead_s(network.transport, spec.name, protocol)
     graph = collective_taskgraph(
-        schedule, devices, element_bytes, protocol=protocol, call_overhead_s=call_s, max_rate_Bps=max_rate_Bps
+        schedule,
+        devices,
+        element_bytes,
+        protocol=protocol,
+        call_overhead_s=call_s,
+        max_rate_Bps=max_rate_Bps,
+        network=network,
     )
     return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
 

@@ -109,6 +109,9 @@ class Algorithm(ABC, Generic[SpecT]):
     """The parameter the short form ``name:N`` sets (``tree:4`` is ``arity=4``), if any."""
     abbreviation: ClassVar[str | None] = None
     """A shorter name for table columns (``hd`` for ``halving_doubling``), if the name is long."""
+    switch_capabilities: ClassVar[frozenset[str]] = frozenset()
+    """What its schedules need of the cluster's switches (``nvls``, ``sharp``: a switch rank that
+    reduces); only clusters declaring it can run them, so ``all`` leaves such algorithms out."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)

@@ -12,9 +12,17 @@ link, bounds LL and LL128, and the topology search's per-channel speed bounds Si
 - ``tree`` -> NCCL's tree (``nccl_tree``) when registered, else ``double_binary_tree``, pipelined in
   NCCL's chunks: a protocol's step buffer (:data:`CHUNK_BYTES`) per segment;
 - ``nvls`` / ``nvls_tree`` / ``collnet_direct`` / ``collnet_chain`` -> the registered schedule of that
-  name. Unforced, ``auto`` only picks algorithms with a schedule of their own (the tuner's choice
-  among the rest); forced (``algorithm: nvls``) without one, the tree (CollNet) or the ring (NVLS)
-  stands in and the label says so (``auto=nvls as ring/...``);
+  name (:mod:`parplan.collectives.nvls`, ``nvls_tree``, ``collnet``). Unforced, ``auto`` only picks
+  algorithms with a schedule of their own, and not NVLS Tree yet (:data:`FORCED_ONLY`): the tuner's
+  choice among the rest; forced without one, a stand-in runs it and the label says so
+  (:data:`STAND_INS`: ``auto=nvls_tree as nccl_tree/...`` were NVLS Tree unregistered).
+  An in-network schedule (a reducing switch in its loop) moves each rank's whole buffer once each
+  way, in one stream (NVLS), one per channel (CollNet's chain) or one per GPU of the node, each
+  with its share (CollNet Direct), so its transfers run at most at
+  NCCL's *algorithm* bandwidth for the choice (bus bandwidth x p / (2(p-1)) for NVLS, half the bus
+  bandwidth for CollNet), shared by its channels, rather than a channel's share of the bus
+  bandwidth. The tuner only offers them where the system has them (``hardware: {nvls: true}``,
+  ``{sharp: true}``), and lowering places the switch rank on the switch the cluster declares;
 - ``pat`` -> the ring (PAT only runs all-gather / reduce-scatter with one GPU per node).
 
 The spec's ``algorithm`` and ``protocol`` restrict the choice as NCCL_ALGO and NCCL_PROTO do
@@ -46,6 +54,7 @@ from parplan.collectives.nccl_tables import ALGORITHMS as NCCL_ALGORITHMS
 from parplan.collectives.nccl_tables import PROTOCOLS
 from parplan.collectives.nccl_tuner import (
     NcclChoice,
+    algorithm_bandwidth_GBps,
     bus_bandwidth_GBps,
     graph_bandwidths,
     parse_restriction,
@@ -77,12 +86,17 @@ STAND_INS: dict[str, tuple[str, ...]] = {
     "ring": ("ring",),
     "tree": ("nccl_tree", "double_binary_tree"),
     "nvls": ("nvls", "ring"),
-    "nvls_tree": ("nvls_tree", "nvls", "nccl_tree", "double_binary_tree"),
+    "nvls_tree": ("nvls_tree", "nccl_tree", "double_binary_tree"),
     "collnet_direct": ("collnet_direct", "nccl_tree", "double_binary_tree"),
     "collnet_chain": ("collnet_chain", "nccl_tree", "double_binary_tree"),
     "pat": ("pat", "ring"),
 }
 """Per NCCL algorithm, what runs it when forced: its schedules, then the closest stand-ins."""
+FORCED_ONLY: frozenset[str] = frozenset({"nvls_tree"})
+"""NCCL algorithms ``auto`` runs only when forced, though they have a schedule: NVLS Tree's is
+proven on arrays, but its six pipelined stages (each step paying its latency in turn) and one NIC
+per slice put it 2-5x over the published 2-node H100 run at 4-64 MiB, where NCCL's tuner would
+pick it; unforced, ``auto`` takes what NCCL would run without it."""
 
 
 class AutoAlgorithm(AlgorithmSpecBase):
@@ -142,7 +156,9 @@ def choose(
         return AutoChoice(ring.RingAlgorithm(name="ring"), protocol, f"auto=ring/{protocol}")
     nccl = select(system, collective, max(int(size_bytes), 1),  # type: ignore[arg-type]
                   algorithms=spec.algorithm, protocols=spec.protocol)
-    missing = [a for a in NCCL_ALGORITHMS if not any(n in registered for n in SCHEDULES[a])]
+    missing = [
+        a for a in NCCL_ALGORITHMS if a in FORCED_ONLY or not any(n in registered for n in SCHEDULES[a])
+    ]
     if spec.algorithm is None and nccl.algorithm in missing:
         # Unforced, auto picks among the algorithms parplan has schedules for: what NCCL would
         # run were the others unavailable.
@@ -155,6 +171,14 @@ def choose(
     graph = graph_bandwidths(system, nccl.algorithm)
     bus_GBps = bus_bandwidth_GBps(system, collective, nccl.algorithm, nccl.protocol, graph)  # type: ignore[arg-type]
     per_channel_Bps = bus_GBps * 1e9 / graph.n_channels if graph.n_channels and bus_GBps > 0 else math.inf
+    if registered[name].switch_capabilities:  # each rank's buffer goes once each way
+        algbw_GBps = algorithm_bandwidth_GBps(
+            system, collective, nccl.algorithm, nccl.protocol, graph  # type: ignore[arg-type]
+        )
+        # CollNet Direct: each GPU of a node carries its 1/ppn share of the buffer through its NIC.
+        direct = nccl.algorithm == "collnet_direct"
+        streams = int(getattr(concrete, "channels", None) or (system.ranks_per_node if direct else 1))
+        per_channel_Bps = algbw_GBps * 1e9 / streams if algbw_GBps > 0 else math.inf
     return AutoChoice(concrete, nccl.protocol, label, nccl, per_channel_Bps)
 
 

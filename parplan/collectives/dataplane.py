@@ -36,7 +36,10 @@ Any violation raises :class:`~parplan.errors.CollectiveError` naming the step. E
 tracked in *atoms*, the maximal ranges no step boundary cuts, so the bookkeeping costs per step,
 not per element.
 
-Bytes moved are counted per rank (sent, received, reduced into), per step and per phase.
+Switch ranks (ids ``num_ranks ..``, :class:`~parplan.collectives.schedule.SwitchRank`) take part like
+ranks, but start with zeros and no contribution (they only send what was reduced into them), have
+no output and get no array from the caller. Bytes moved are counted per endpoint (sent, received,
+reduced into: the ranks, then the switch ranks), per step and per phase.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ DEP_DATA, DEP_ANTI, DEP_ORDER, DEP_SPURIOUS = range(4)
 class RunResult:
     """What a run produced: the final array of every rank and the bytes it moved.
 
+    ``arrays`` holds the ranks' arrays only; the byte counts cover every endpoint, the switch
+    ranks after the ranks (``len(bytes_sent) == schedule.num_endpoints``).
     ``bytes_sent[r]`` / ``bytes_received[r]`` count rank ``r``'s outgoing / incoming step payloads;
     ``bytes_reduced[r]`` the part of ``bytes_received[r]`` it added into its copy (gamma work).
     ``race_checked`` says whether the schedule was small enough for the race check.
@@ -170,6 +175,7 @@ def run_schedule(
         if not np.issubdtype(a.dtype, np.number):
             raise CollectiveError(f"rank {r}'s array has non-numeric dtype {a.dtype}")
     itemsize = data[0].dtype.itemsize if data else 8
+    data += [np.zeros(n, dtype=data[0].dtype if data else np.float64) for _ in schedule.switches]
     element_size = itemsize if element_size_bytes is None else int(element_size_bytes)
     try:
         schedule.validate()
@@ -192,12 +198,13 @@ def run_schedule(
 
     step_bytes: IntArray = schedule.length * element_size
     weights = step_bytes.astype(np.float64)
-    sent = np.bincount(schedule.src, weights=weights, minlength=p).astype(np.int64)
-    received = np.bincount(schedule.dst, weights=weights, minlength=p).astype(np.int64)
-    reduced = np.bincount(schedule.dst, weights=weights * schedule.reduce, minlength=p).astype(np.int64)
+    ends = schedule.num_endpoints
+    sent = np.bincount(schedule.src, weights=weights, minlength=ends).astype(np.int64)
+    received = np.bincount(schedule.dst, weights=weights, minlength=ends).astype(np.int64)
+    reduced = np.bincount(schedule.dst, weights=weights * schedule.reduce, minlength=ends).astype(np.int64)
     per_phase = np.bincount(schedule.phase, weights=weights, minlength=len(schedule.phase_names))
     return RunResult(
-        arrays=data,
+        arrays=data[:p],
         element_size_bytes=element_size,
         bytes_sent=sent,
         bytes_received=received,
@@ -231,6 +238,7 @@ class _Execution:
 
     def __init__(self, schedule: Schedule, data: list[np.ndarray], *, exact_deps: bool) -> None:
         p, n = schedule.num_ranks, schedule.num_elements
+        everyone = schedule.num_endpoints  # switch ranks start with no contribution
         self.schedule, self.data, self.exact_deps = schedule, data, exact_deps
         self.name = schedule.algorithm
         offset, ends = schedule.offset, schedule.offset + schedule.length
@@ -241,7 +249,7 @@ class _Execution:
         self.atom_hi = np.searchsorted(self.breaks, ends)
         self.atoms = atoms = len(self.breaks) - 1
         words = (p + 63) // 64
-        self.mask = np.zeros((p, max(atoms, 0), words), dtype=np.uint64)
+        self.mask = np.zeros((everyone, max(atoms, 0), words), dtype=np.uint64)
         if schedule.collective in REDUCING:
             for r in range(p):
                 self.mask[r, :] = _bit(r, words)
@@ -251,8 +259,8 @@ class _Execution:
                 self.mask[r, bounds[r] : bounds[r + 1]] = _bit(r, words)
         else:
             self.mask[schedule.root or 0, :] = _bit(schedule.root or 0, words)
-        self.last_overwrite = np.full((p, atoms), -1, dtype=np.int64)
-        self.reductions = np.zeros((p, atoms), dtype=np.int64)
+        self.last_overwrite = np.full((everyone, atoms), -1, dtype=np.int64)
+        self.reductions = np.zeros((everyone, atoms), dtype=np.int64)
         self.src_l, self.dst_l = schedule.src.tolist(), schedule.dst.tolist()
         self.off_l, self.end_l = offset.tolist(), ends.tolist()
         self.alo_l, self.ahi_l = self.atom_lo.tolist(), self.atom_hi.tolist()

@@ -10,8 +10,9 @@ and a ``register(...)`` line below; tests (and later plugins) may :func:`registe
 
 >>> build_schedule("tree:4", 16, 1000).meta["arity"]
 4
->>> list(ALGORITHMS)
-['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical', 'nccl_tree', 'auto']
+>>> list(ALGORITHMS)  # doctest: +NORMALIZE_WHITESPACE
+['centralized', 'tree', 'ring', 'halving_doubling', 'double_binary_tree', 'hierarchical',
+ 'nccl_tree', 'nvls', 'nvls_tree', 'collnet_direct', 'collnet_chain', 'auto']
 >>> get("tree").label(parse("tree:4"))
 'tree:4'
 """
@@ -28,10 +29,13 @@ from pydantic import Field, TypeAdapter
 from parplan.collectives import (
     auto,
     centralized,
+    collnet,
     double_binary_tree,
     halving_doubling,
     hierarchical,
     nccl_tree,
+    nvls,
+    nvls_tree,
     ring,
     tree,
     tree_broadcast,
@@ -53,9 +57,16 @@ SELECTORS = frozenset({"auto"})
 in ``parplan collective`` and the candidates of ``parplan validate`` leave them out."""
 
 
-def schedules(collective: str = "all_reduce") -> list[str]:
-    """Names of the registered algorithms that are schedules of their own (not :data:`SELECTORS`)."""
-    return [name for name in algorithms(collective) if name not in SELECTORS]
+def schedules(collective: str = "all_reduce", *, in_network: bool = False) -> list[str]:
+    """Names of the registered algorithms that are schedules of their own (not :data:`SELECTORS`);
+    those that need a reducing switch (NVLS, CollNet) only with ``in_network``, since only clusters
+    that declare one can run them."""
+    table = algorithms(collective)
+    return [
+        name
+        for name, found in table.items()
+        if name not in SELECTORS and (in_network or not found.switch_capabilities)
+    ]
 
 _version = 0  # bumped by every (un)registration, so cached spec adapters are rebuilt
 _ADAPTERS: dict[str, tuple[int, TypeAdapter[Any]]] = {}
@@ -210,8 +221,14 @@ register(halving_doubling.ALL_REDUCE)
 register(double_binary_tree.ALL_REDUCE)
 register(hierarchical.ALL_REDUCE)
 register(nccl_tree.ALL_REDUCE)
+register(nvls.ALL_REDUCE)
+register(nvls_tree.ALL_REDUCE)
+register(collnet.ALL_REDUCE_DIRECT)
+register(collnet.ALL_REDUCE_CHAIN)
 register(auto.ALL_REDUCE)
 register(ring.REDUCE_SCATTER)
 register(ring.ALL_GATHER)
+register(nvls.REDUCE_SCATTER)
+register(nvls.ALL_GATHER)
 register(tree_reduce.REDUCE)
 register(tree_broadcast.BROADCAST)

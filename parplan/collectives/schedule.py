@@ -14,6 +14,16 @@ are int64; rank ids (``src``, ``dst``) are int32 and ``phase`` is int8, which ke
 all-reduce at p = 4096 (33.5 M steps) near 1.4 GB instead of 1.9 GB. The constructor converts
 any integer arrays it is given to these dtypes.
 
+Switch ranks (in-network reduction: NVLS on an NVSwitch, CollNet/SHARP on an InfiniBand switch):
+a schedule may put reducing switches in the loop as extra ranks ``num_ranks .. num_ranks + S - 1``,
+one per entry of :attr:`Schedule.switches`. A switch rank starts with zeros and no contribution of
+its own, may be reduced into and may send what it holds, and has no output to check; the data plane
+proves schedules with switch ranks like any other (:mod:`parplan.collectives.dataplane`). Each
+:class:`SwitchRank` names the capability it needs (``nvls`` / ``sharp``) and the ranks it serves,
+which is all lowering needs to find the switch of the cluster that plays it
+(:func:`parplan.plan.collective.lower_schedule`). Schedules without switches have ``switches=()``
+and are exactly what they were.
+
 Data layout conventions of the collectives: a ``reduce_scatter`` leaves rank ``r`` with chunk ``r``
 of :func:`chunk_bounds` ``(num_elements, num_ranks)`` fully reduced; an ``all_gather`` starts with
 rank ``r`` holding only that chunk; ``reduce`` and ``broadcast`` use the whole tensor at ``root``.
@@ -46,6 +56,21 @@ STEP_DTYPES: dict[str, type] = {
 }
 
 
+SWITCH_CAPABILITIES: tuple[str, ...] = ("nvls", "sharp")
+"""What a switch rank may need of its switch: NVLink SHARP (an NVSwitch that reduces, inside a
+node) or InfiniBand SHARP (a network switch that reduces, across nodes)."""
+
+
+@dataclass(frozen=True)
+class SwitchRank:
+    """A reducing switch in a schedule's loop: its ``capability`` (one of
+    :data:`SWITCH_CAPABILITIES`) and the ``serves`` ranks that send to it or receive from it (the
+    GPUs of one node for NVLS; one NIC-owning rank per node for SHARP)."""
+
+    capability: str
+    serves: tuple[int, ...]
+
+
 def chunk_bounds(num_elements: int, num_chunks: int) -> IntArray:
     """Offsets of ``num_chunks`` contiguous chunks of near-equal size (``num_chunks + 1`` entries).
 
@@ -72,7 +97,8 @@ class Schedule:
     ``collective`` says what it computes: ``all_reduce``, ``reduce_scatter``, ``all_gather``,
     ``reduce`` (result at ``root``) or ``broadcast`` (from ``root``).
     ``phase`` labels each step with a small integer (e.g. 0 = reduce-scatter, 1 = all-gather) whose
-    names are in ``phase_names``; reports and traces use it.
+    names are in ``phase_names``; reports and traces use it. ``switches`` are the switch ranks
+    ``num_ranks ..`` (see the module docstring); steps may name them as ``src`` or ``dst``.
     """
 
     algorithm: str
@@ -90,6 +116,7 @@ class Schedule:
     phase_names: tuple[str, ...] = ("all",)
     root: int | None = None
     meta: dict[str, object] = field(default_factory=dict)
+    switches: tuple[SwitchRank, ...] = ()
 
     def __post_init__(self) -> None:
         for name, dtype in STEP_DTYPES.items():
@@ -100,6 +127,11 @@ class Schedule:
                 raise ValueError(f"schedule array {name!r} has {len(getattr(self, name))} entries, want {n}")
         if len(self.dep_offsets) != n + 1:
             raise ValueError("dep_offsets must have one entry per step plus one")
+
+    @property
+    def num_endpoints(self) -> int:
+        """Ranks plus switch ranks: every id a step may name."""
+        return self.num_ranks + len(self.switches)
 
     @property
     def num_steps(self) -> int:
@@ -124,9 +156,14 @@ class Schedule:
         """Check the structure (vectorised): ranks and ranges in bounds, no self-sends, every
         dependency an earlier step. Raises ``ValueError`` naming the first offending step."""
         n = self.num_steps
-        p, size = self.num_ranks, self.num_elements
+        p, size = self.num_endpoints, self.num_elements
         if self.collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {self.collective!r}; valid: {', '.join(COLLECTIVES)}")
+        for i, switch in enumerate(self.switches):
+            if switch.capability not in SWITCH_CAPABILITIES:
+                raise ValueError(f"switch rank {self.num_ranks + i}: unknown capability {switch.capability}")
+            if not switch.serves or any(not 0 <= r < self.num_ranks for r in switch.serves):
+                raise ValueError(f"switch rank {self.num_ranks + i} serves no ranks or ranks out of range")
         checks: list[tuple[str, BoolArray]] = [
             ("src out of range", (self.src < 0) | (self.src >= p)),
             ("dst out of range", (self.dst < 0) | (self.dst >= p)),

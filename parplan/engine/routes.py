@@ -41,9 +41,10 @@ class RouteTable:
 
     def __init__(self, network: Network, devices: tuple[str, ...]) -> None:
         self.network = network
-        # Graph device index -> network device index (raises TopologyError for unknown devices).
-        self.net_dev = np.array([network.device_index(d) for d in devices], dtype=np.int64)
-        self.num_net_dev = len(network.devices)
+        # Graph device index -> network endpoint index (devices, then reducing switches; raises
+        # TopologyError for anything else).
+        self.net_dev = np.array([network.endpoint_index(d) for d in devices], dtype=np.int64)
+        self.num_net_dev = len(network.endpoints)
         self.bandwidth_Bps = np.asarray(network.channel_bandwidth_Bps, dtype=np.float64)
         self.num_channels = len(self.bandwidth_Bps)
         self._bw_ext = np.append(self.bandwidth_Bps, math.inf)
@@ -93,7 +94,7 @@ class RouteTable:
         return None
 
     def _add(self, keys: IntArray) -> None:
-        names = self.network.devices
+        names = self.network.endpoints
         first = len(self._channel_list)
         for key in keys.tolist():
             s, d = divmod(key, self.num_net_dev)

@@ -26,15 +26,18 @@ def device_rates(
     """Per graph device: effective FLOP/s, and reduction cost in seconds per byte (``gamma``).
 
     ``gamma`` is ``gamma_s_per_byte`` when given, else ``3 / memory_bandwidth_Bps`` (read two
-    operands, write one) when the device has a memory bandwidth, else 0.
+    operands, write one) when the device has a memory bandwidth, else 0; always 0 on a reducing
+    switch (NVLS, SHARP: it reduces in flight, at line rate).
     """
     num_dev = len(tasks.devices)
     flop_rate = np.empty(num_dev, dtype=np.float64)
     gamma = np.empty(num_dev, dtype=np.float64)
     for i, name in enumerate(tasks.devices):
-        info = network.device(name)
+        info = network.endpoint(name)
         flop_rate[i] = info.effective_flop_per_s
-        if gamma_s_per_byte is not None:
+        if info.switch:
+            gamma[i] = 0.0
+        elif gamma_s_per_byte is not None:
             gamma[i] = gamma_s_per_byte
         elif info.memory_bandwidth_Bps:
             gamma[i] = 3.0 / float(info.memory_bandwidth_Bps)

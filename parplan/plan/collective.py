@@ -17,6 +17,13 @@ the step's dependencies offset to task ids. Around them:
 Without ``rank_deps``, the collective-wide ``deps`` go on the steps that have no dependency of their
 own (every other step depends on those transitively).
 
+Switch ranks (NVLS, CollNet: :class:`~parplan.collectives.schedule.SwitchRank`) are placed by the
+``network``: each goes to :meth:`~parplan.topology.network.Network.reducing_switch`, the switch with
+its capability serving the devices of the ranks it serves, and becomes a task-graph device after
+the ranks' devices. A cluster without such a switch is refused with a :class:`CollectiveError`
+saying what its file must declare. Switch ranks get no ready or done markers: they hold no data of
+their own, and every step out of a switch depends on the steps into it.
+
 A lowered collective may carry an NCCL ``protocol`` (every transfer gets it: the engine prices its
 wire bytes and per-step latency, from NCCL's tree table for a tree's steps), a per-channel payload
 rate ceiling ``max_rate_Bps`` (NCCL's per-channel bandwidth for the algorithm and protocol) and a
@@ -34,10 +41,10 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.collectives._build import merge_csr
-from parplan.collectives.nccl_tables import BASE_LATENCY_US
+from parplan.collectives.nccl_tables import BASE_LATENCY_US, HW_LATENCY_US
 from parplan.collectives.schedule import Schedule
 from parplan.config.cluster import TransportCosts
-from parplan.errors import PlanError
+from parplan.errors import CollectiveError, PlanError, TopologyError
 from parplan.taskgraph import (
     MARKER,
     NO_PROTOCOL,
@@ -47,6 +54,7 @@ from parplan.taskgraph import (
     TaskGraph,
     TaskGraphBuilder,
 )
+from parplan.topology.network import Network
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -85,14 +93,17 @@ def lower_schedule(
     protocol: str | None = None,
     call_overhead_s: float = 0.0,
     max_rate_Bps: float = float("inf"),
+    network: Network | None = None,
 ) -> CollectiveTasks:
     """Append ``schedule`` on ``devices`` (rank ``r`` on ``devices[r]``) to ``builder``.
 
     Labels are ``"{label}:{phase}"`` per schedule phase (label defaults to the algorithm name).
-    Raises :class:`PlanError` when the devices do not match the ranks or a dependency is invalid.
+    ``network`` places the schedule's switch ranks (needed only when it has some).
+    Raises :class:`PlanError` when the devices do not match the ranks or a dependency is invalid,
+    :class:`CollectiveError` when no switch of the cluster can play a switch rank.
     """
     p = schedule.num_ranks
-    _check_placement(schedule, devices, element_bytes)
+    devices = endpoint_devices(schedule, devices, network, element_bytes)
     if rank_deps is not None and len(rank_deps) != p:
         raise PlanError(f"rank_deps has {len(rank_deps)} entries for {p} ranks")
     existing = builder.num_tasks
@@ -148,6 +159,7 @@ def collective_taskgraph(
     protocol: str | None = None,
     call_overhead_s: float = 0.0,
     max_rate_Bps: float = float("inf"),
+    network: Network | None = None,
 ) -> TaskGraph:
     """A task graph of just ``schedule``'s steps on ``devices``; its meta says what collective it is.
 
@@ -156,15 +168,15 @@ def collective_taskgraph(
     sharing the schedule's arrays where their dtype already matches (read-only by convention),
     because a ring at p = 4096 has 33 million steps and every extra pass over them costs a
     noticeable fraction of a second. Constant columns are ``np.zeros``, whose pages are never
-    touched. ``protocol`` and ``call_overhead_s`` as in :func:`lower_schedule`.
+    touched. ``protocol``, ``call_overhead_s`` and ``network`` as in :func:`lower_schedule`.
     """
     p = schedule.num_ranks
     message = _message_columns(schedule, protocol, call_overhead_s, max_rate_Bps)
-    _check_placement(schedule, devices, element_bytes)
+    devices = endpoint_devices(schedule, devices, network, element_bytes)
     n = schedule.num_steps
     algorithm = schedule.algorithm
     return TaskGraph(
-        devices=tuple(devices),  # device index == rank
+        devices=tuple(devices),  # device index == rank (switch ranks after the ranks)
         kind=np.full(n, TRANSFER, dtype=np.int8),
         device=schedule.src.astype(np.int64, copy=False),
         dst=schedule.dst.astype(np.int64, copy=False),
@@ -194,14 +206,26 @@ def collective_taskgraph(
     )
 
 
+NVLS_CALL_US: tuple[float, ...] = tuple(
+    max(0.0, nvls - 2 * ring)
+    for nvls, ring in zip(HW_LATENCY_US["nvlink"]["nvls"], HW_LATENCY_US["nvlink"]["ring"], strict=True)
+)
+"""Per protocol, NCCL's NVLS latency (``hwLat[NVLINK][NVLS]``, which replaces the base latency in
+NCCL's model) less the per-step latency the engine already charges the two hops of the slice that
+goes up to the switch and comes back: so one slice costs what NCCL's tuner says."""
+
+
 def call_overhead_s(transport: TransportCosts, algorithm: str, protocol: str | None) -> float:
     """What one collective call costs before its first message: the transport's call latency, and
     under ``nccl`` NCCL's base latency of the algorithm (``ring`` or ``tree``: the family whose
-    table row applies) and protocol (Simple when none)."""
+    table row applies) and protocol (Simple when none); for ``nvls``, :data:`NVLS_CALL_US`."""
     cost = transport.call_latency_s
     if transport.kind == "nccl":
+        index = PROTOCOLS.index(protocol or "simple")
+        if algorithm == "nvls":
+            return cost + NVLS_CALL_US[index] * 1e-6
         row = BASE_LATENCY_US["tree" if "tree" in algorithm else "ring"]
-        cost += row[PROTOCOLS.index(protocol or "simple")] * 1e-6
+        cost += row[index] * 1e-6
     return cost
 
 
@@ -275,10 +299,12 @@ def _ready_edges(schedule: Schedule, ready: IntArray) -> tuple[IntArray, IntArra
     covered_dst = np.zeros(n, dtype=bool)
     covered_src[edge_step[reads_src]] = True
     covered_dst[edge_step[reads_dst]] = True
-    need_src = ~covered_src
-    need_dst = red & ~covered_dst & (dst != src)
+    p = schedule.num_ranks  # switch ranks have no ready marker
+    need_src = ~covered_src & (src < p)
+    need_dst = red & ~covered_dst & (dst != src) & (dst < p)
     counts = need_src.astype(np.int64) + need_dst.astype(np.int64)
     # Per step: sender's marker first, then receiver's.
+    ready = np.concatenate([ready, np.full(len(schedule.switches), -1, dtype=np.int64)])
     pairs = np.stack([np.where(need_src, ready[src], -1), np.where(need_dst, ready[dst], -1)], axis=1).ravel()
     flat: IntArray = pairs[pairs >= 0]
     return counts, flat
@@ -297,7 +323,7 @@ def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
     covered = np.zeros(n, dtype=bool)
     if len(dep):
         covered[dep[dst[dep] == np.repeat(dst, counts)]] = True
-    steps = np.flatnonzero(~covered)
+    steps = np.flatnonzero(~covered & (dst < p))  # a switch rank has no result to wait for
     ranks = dst[steps]
     # Group by rank with a stable sort (radix sort for 16-bit keys), steps ascending within a rank.
     key = ranks.astype(np.int16) if p <= np.iinfo(np.int16).max else ranks
@@ -324,8 +350,13 @@ def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, la
     return list(range(first, first + m))
 
 
-def _check_placement(schedule: Schedule, devices: Sequence[str], element_bytes: float) -> None:
-    """One distinct device per rank and a positive element size, or a :class:`PlanError`."""
+def endpoint_devices(
+    schedule: Schedule, devices: Sequence[str], network: Network | None, element_bytes: float = 1.0
+) -> list[str]:
+    """The task-graph devices of ``schedule``: ``devices`` for its ranks, then the switch of the
+    ``network`` that plays each switch rank. A :class:`PlanError` unless there is one distinct
+    device per rank and ``element_bytes > 0``; a :class:`CollectiveError` when the cluster has no
+    switch able to play a switch rank."""
     p = schedule.num_ranks
     if len(devices) != p:
         raise PlanError(f"{schedule.algorithm} has {p} ranks but {len(devices)} devices were given")
@@ -333,3 +364,16 @@ def _check_placement(schedule: Schedule, devices: Sequence[str], element_bytes: 
         raise PlanError("a collective needs a distinct device per rank")
     if not element_bytes > 0:
         raise PlanError(f"element_bytes must be > 0, got {element_bytes}")
+    out = list(devices)
+    if not schedule.switches:
+        return out
+    if network is None:
+        raise PlanError(f"{schedule.algorithm} puts a switch in the loop: lowering it needs the network")
+    for switch in schedule.switches:
+        try:
+            out.append(network.reducing_switch(switch.capability, [devices[r] for r in switch.serves]))
+        except TopologyError as exc:
+            raise CollectiveError(f"{schedule.algorithm} cannot run here: {exc}") from None
+    if len(set(out)) != len(out):
+        raise CollectiveError(f"{schedule.algorithm}: two switch ranks fall on one switch")
+    return out

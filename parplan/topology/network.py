@@ -11,6 +11,16 @@ edge's optional ``channel_name`` attribute names its channel; otherwise ``"u->v"
 ``transport`` is the cluster's per-message cost profile
 (:class:`~parplan.config.cluster.TransportCosts`; ``ideal`` unless given).
 
+Endpoints: transfers run between *endpoints*, the devices and the switches able to reduce in the
+network (:meth:`Network.switch_capabilities`: an NVSwitch when the cluster declares ``hardware:
+{nvswitch: true, nvls: true}``, an InfiniBand switch when it declares ``sharp: true``, or any switch
+whose node carries ``reduces: [nvls, sharp]``). Such a switch plays the switch rank of an NVLS or
+CollNet schedule (:class:`~parplan.collectives.schedule.SwitchRank`): :meth:`Network.reducing_switch`
+finds the one serving a set of devices, :attr:`Network.endpoints` lists devices first, then reducing
+switches, and :meth:`Network.endpoint_index` / :meth:`Network.endpoint` accept both (a switch reads
+as a device without compute or memory). :meth:`Network.device_index` still accepts devices only;
+any other switch is refused as an endpoint with a message saying what it lacks.
+
 Routing is pluggable (any :data:`Router`); the default, :func:`shortest_hop_route`, is the
 deterministic rule of :mod:`parplan.topology.routing` and :func:`spread_route` its D-mod-k variant.
 The graph must not be changed once a ``Network`` wraps it: routes and tables are cached.
@@ -26,7 +36,7 @@ import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
-from parplan.config.cluster import NETWORK_CLASSES, TransportCosts
+from parplan.config.cluster import NETWORK_CLASSES, HardwareFeatures, TransportCosts
 from parplan.errors import TopologyError
 from parplan.topology.routing import RoutingTables, TieBreak
 
@@ -53,6 +63,8 @@ class DeviceInfo:
     memory_bandwidth_Bps: float | None
     group: str | None
     arch: str | None = None
+    switch: bool = False
+    """A reducing switch standing in as an endpoint (no compute, no memory; reduces in flight)."""
 
     @property
     def effective_flop_per_s(self) -> float:
@@ -79,6 +91,14 @@ class Network:
         if not self.devices:
             raise TopologyError(f"cluster {name!r} has no devices")
         self._device_index = {d: i for i, d in enumerate(self.devices)}
+        self._capabilities = {
+            str(n): caps
+            for n, d in graph.nodes(data=True)
+            if d.get("kind") == "switch" and (caps := _switch_capabilities(graph, n))
+        }
+        self.endpoints: tuple[str, ...] = self.devices + tuple(self._capabilities)
+        """Devices, then the switches able to reduce: every name a transfer may start or end at."""
+        self._endpoint_index = {e: i for i, e in enumerate(self.endpoints)}
         channels: dict[int, tuple[float, str, int]] = {}
         for u, v, data in graph.edges(data=True):
             ch = int(data["channel"])
@@ -102,7 +122,54 @@ class Network:
         try:
             return self._device_index[name]
         except KeyError:
-            raise TopologyError(f"unknown device {name!r} in cluster {self.name!r}") from None
+            what = "a switch, not a device" if name in self.graph else "not in it"
+            raise TopologyError(f"unknown device {name!r} in cluster {self.name!r}: {what}") from None
+
+    def endpoint_index(self, name: str) -> int:
+        """Position of a device or reducing switch in :attr:`endpoints` (devices keep their
+        :meth:`device_index`); raises :class:`TopologyError` for anything else."""
+        index = self._endpoint_index.get(name)
+        if index is None:
+            if self.graph.nodes.get(name, {}).get("kind") == "switch":
+                raise TopologyError(
+                    f"switch {name!r} of cluster {self.name!r} cannot reduce, so it cannot be a "
+                    "transfer endpoint: declare hardware: {nvswitch: true, nvls: true} (an NVSwitch) "
+                    "or hardware: {sharp: true} (an InfiniBand switch) in the cluster file"
+                )
+            self.device_index(name)
+        return self._endpoint_index[name]
+
+    def endpoint(self, name: str) -> DeviceInfo:
+        """A device's attributes, or a reducing switch's: no compute, no memory (``switch=True``)."""
+        if name in self._device_index:
+            return self.device(name)
+        self.endpoint_index(name)
+        return DeviceInfo(name, 0.0, 1.0, 1.0, 0.0, None, self.graph.nodes[name].get("group"), switch=True)
+
+    def switch_capabilities(self, name: str) -> frozenset[str]:
+        """What switch ``name`` can do in a schedule's loop (``nvls``, ``sharp``; empty: nothing)."""
+        return self._capabilities.get(name, frozenset())
+
+    def reducing_switch(self, capability: str, devices: Sequence[str]) -> str:
+        """The switch with ``capability`` that serves ``devices``: for ``nvls`` the NVSwitch every
+        one of them links to directly, for ``sharp`` the capable switch fewest hops from them all
+        (first in graph order on ties). Raises :class:`TopologyError` saying what is missing."""
+        for d in devices:
+            self.device_index(d)
+        candidates = [n for n, caps in self._capabilities.items() if capability in caps]
+        if capability == "nvls":
+            found = [c for c in candidates if all(self.graph.has_edge(d, c) for d in devices)]
+        else:
+            hops = {c: sum(len(self.path(d, c)) for d in devices) for c in candidates}
+            found = sorted(candidates, key=lambda c: hops[c])[:1]
+        if not found:
+            need = "{nvswitch: true, nvls: true}" if capability == "nvls" else "{sharp: true}"
+            raise TopologyError(
+                f"no switch of cluster {self.name!r} can reduce ({capability}) for devices "
+                f"{list(devices)[:4]}{'...' if len(devices) > 4 else ''}: the cluster file must declare "
+                f"hardware: {need} on a switch those devices reach"
+            )
+        return found[0]
 
     def device(self, name: str) -> DeviceInfo:
         """Compute attributes of a device."""
@@ -190,6 +257,27 @@ class Network:
             tables = RoutingTables(self.graph, tie_break, name=self.name)
             self._routing_tables[tie_break] = tables
         return tables
+
+
+def _switch_capabilities(graph: nx.DiGraph, name: object) -> frozenset[str]:
+    """What a switch node can reduce as (see the module docstring): its ``reduces`` attribute if
+    set, else ``nvls`` for an NVSwitch of a cluster with NVLS (linked to devices by NVLink only) and
+    ``sharp`` for an InfiniBand switch of a cluster with SHARP (no devices, InfiniBand links only)."""
+    node = graph.nodes[name]
+    if node.get("reduces") is not None:
+        return frozenset(str(c) for c in node["reduces"])
+    features = graph.graph.get("hardware")
+    if not isinstance(features, HardwareFeatures) or node.get("role") == "nic":
+        return frozenset()
+    edges = list(graph.out_edges(name, data=True))
+    to_devices = [d.get("link_class") for _, v, d in edges if graph.nodes[v].get("kind") == "device"]
+    out: set[str] = set()
+    if features.nvswitch and features.nvls and to_devices and set(to_devices) == {"nvlink"}:
+        out.add("nvls")
+    classes = {d.get("link_class") for *_, d in edges}
+    if features.sharp and edges and not to_devices and classes == {"infiniband"}:
+        out.add("sharp")
+    return frozenset(out)
 
 
 def _hardware(link_class: object) -> int:

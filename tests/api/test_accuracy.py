@@ -245,7 +245,9 @@ def test_validation_clusters_route_inside_a_node_over_the_node_fabric(path: Path
 def test_nccl_algo_counterparts_are_registered() -> None:
     for counterpart in NCCL_ALGO_COUNTERPARTS.values():
         assert counterpart in STAND_INS  # an algorithm of NCCL's tuner, run by auto
-    assert [algorithm_name(s) for s in candidate_algorithms()] == [n for n in ALGORITHMS if n != "auto"]
+    # In-network schedules (NVLS, CollNet) need a switch the cluster declares: never a default candidate.
+    every = [n for n, a in ALGORITHMS.items() if n != "auto" and not a.switch_capabilities]
+    assert [algorithm_name(s) for s in candidate_algorithms()] == every
     assert [s.algorithm for s in auto_candidates("tree")] == ["tree"]
     assert [algorithm_name(s) for s in candidate_algorithms("double_binary_tree")] == ["double_binary_tree"]
 

@@ -16,7 +16,9 @@ from parplan.cli.app import app
 ROOT = Path(__file__).resolve().parents[2]
 VALIDATION = ROOT / "validation"
 MANIFEST = str(VALIDATION / "manifest.toml")
-FAST = ["--table", "h100x4-nvswitch-algo-ring", "--table", "h100x4-nvswitch-algo-nvls"]
+# Two quick forced tables whose medians stay under the repository's thresholds (the 4-GPU NVLS run
+# no longer does on its own: NCCL's tuner, which NVLS now follows, puts it ~25% slow; validation/).
+FAST = ["--table", "h100x4-nvswitch-algo-ring", "--table", "h100x4-nvswitch-algo-tree"]
 runner = CliRunner()
 
 
@@ -54,7 +56,7 @@ def test_tables_summary_and_thresholds() -> None:
     assert "│  256 MiB │  1.19 ms │" in out  # 268435456 B measured at 1187.29 us: numbers for people
     assert not re.search(r"\d[eE][+-]?\d", out)
     assert "NCCL_ALGO=Ring: auto restricted to ring" in out
-    assert "NCCL_ALGO=NVLS: auto restricted to nvls" in out
+    assert "NCCL_ALGO=Tree: auto restricted to tree" in out
     assert "summary: median and max |error|" in out
     assert "median |error|, >= 64 MiB" in out
     assert "[1/2] h100x4-nvswitch-algo-ring" in err and "[2/2]" in err
@@ -70,13 +72,13 @@ def test_json_to_stdout_only() -> None:
     assert code == 0
     doc = json.loads(out)
     assert doc["command"] == "validate" and doc["version"] == 1 and doc["passed"] is True
-    assert [t["name"] for t in doc["tables"]] == ["h100x4-nvswitch-algo-ring", "h100x4-nvswitch-algo-nvls"]
+    assert [t["name"] for t in doc["tables"]] == ["h100x4-nvswitch-algo-ring", "h100x4-nvswitch-algo-tree"]
     ring = doc["tables"][0]
     assert ring["algorithm_forced"] == "ring" and ring["nccl_algo"] == "Ring"
     row = ring["rows"][0]
     assert row["size_bytes"] == 268435456 and row["measured_s"] == 1187.29e-6
     assert row["error_pct"] == (row["predicted_s"] - row["measured_s"]) / row["measured_s"] * 100
-    assert doc["tables"][1]["algorithm_forced"] == "nvls"
+    assert doc["tables"][1]["algorithm_forced"] == "tree"
     assert row["algorithm"].startswith("auto=ring/simple/")
     assert doc["summary"]["overall"]["overall"]["count"] == 6
     assert {c["band"] for c in doc["checks"]} == {"overall", "large", "small"}

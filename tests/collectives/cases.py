@@ -53,6 +53,14 @@ def algorithm_specs(draw: st.DrawFn, name: str, p: int) -> tuple[dict[str, Any],
         choices = st.integers(1, min(4, limit))
         channels = draw(st.one_of(st.none(), choices) if auto <= limit else choices)
         return ({"name": name} if channels is None else {"name": name, "channels": channels}), groups
+    if name in ("nvls", "nvls_tree"):
+        spec = {"name": name, "segments": draw(st.one_of(st.none(), st.integers(1, 5)))}
+        return spec, draw(random_groups(p)) if draw(st.booleans()) else None
+    if name in ("collnet_direct", "collnet_chain"):
+        spec: dict[str, Any] = {"name": name, "segments": draw(st.one_of(st.none(), st.integers(1, 4)))}
+        if name == "collnet_chain":
+            spec["channels"] = draw(st.integers(1, 3))
+        return spec, draw(random_groups(p)) if draw(st.booleans()) else None
     if name == "hierarchical":
         if draw(st.booleans()):
             return {"name": name, "group_size": draw(st.integers(1, p))}, None

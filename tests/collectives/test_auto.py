@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from parplan.api.collective import run_collective
-from parplan.collectives.auto import AutoAlgorithm, choose
+from parplan.collectives.auto import FORCED_ONLY, SCHEDULES, AutoAlgorithm, choose
 from parplan.collectives.nccl_search import NcclSystem, nvlink_bandwidth_GBps
 from parplan.collectives.nccl_tuner import select
 from parplan.collectives.registry import ALGORITHMS, parse
@@ -31,7 +31,10 @@ def auto(**kw: object) -> AutoAlgorithm:
 def test_auto_follows_the_tuner_among_what_has_a_schedule(size: int) -> None:
     choice = choose(auto(), H100X8, size, ALGORITHMS)
     assert choice.nccl is not None
-    want = select(H100X8, "all_reduce", size, algorithms="^nvls,nvls_tree,collnet_direct,collnet_chain,pat")
+    missing = [
+        a for a, names in SCHEDULES.items() if a in FORCED_ONLY or not any(n in ALGORITHMS for n in names)
+    ]
+    want = select(H100X8, "all_reduce", size, algorithms="^" + ",".join(missing))
     assert (choice.nccl.algorithm, choice.protocol) == (want.algorithm, want.protocol)
     assert choice.label.startswith(f"auto={want.algorithm}/{want.protocol}/{want.channels}ch")
 
@@ -42,6 +45,15 @@ def test_forcing_restricts_like_nccl_algo_and_proto() -> None:
     assert "seg" in choice.label  # a pipelined tree says its segments
     forced = choose(auto(algorithm="nvls"), H100X8, 2**28, ALGORITHMS)
     assert forced.label.startswith("auto=nvls")
+
+
+def test_forced_nvls_tree_runs_its_schedule_unforced_auto_leaves_it() -> None:
+    two_nodes = NcclSystem("hopper", 2, 8, nvlink_bandwidth_GBps("hopper", 18), nvswitch=True, nvls=True,
+                           nics_per_node=8, nic_bandwidth_GBps=50.0)
+    forced = choose(auto(algorithm="nvls_tree"), two_nodes, 2**26, ALGORITHMS)
+    assert forced.spec.name == "nvls_tree" and forced.label.startswith("auto=nvls_tree/simple/")
+    for size in (2**22, 2**26, 2**30):
+        assert choose(auto(), two_nodes, size, ALGORITHMS).spec.name != "nvls_tree"
 
 
 def test_without_a_gpu_architecture_auto_is_the_ring() -> None:

@@ -55,6 +55,10 @@ VARIANTS: list[Any] = [
     "hierarchical",
     "hierarchical:group",
     "nccl_tree",
+    "nvls",  # the star's switch reduces (marked so below); no switch on a mesh
+    "nvls_tree",  # one node: NVLS
+    "collnet_direct",  # likewise, flat: one rank per node
+    "collnet_chain",
     "auto",  # without a GPU architecture: the ring
 ]
 
@@ -92,7 +96,10 @@ def _engine_and_analytic(variant: Any, p: int, kind: str, gamma: float) -> tuple
     elements = math.lcm(p, 64, 2 * 3 * 5 * 7) * 3  # whole chunks for every algorithm
     net, alpha = _network(kind, p)
     schedule = build_schedule(spec, p, elements)
-    graph = collective_taskgraph(schedule, net.devices, ELEMENT_BYTES)
+    if schedule.switches:
+        net.graph.nodes["sw0"]["reduces"] = tuple({s.capability for s in schedule.switches})
+        net = Network(net.graph, name=net.name)
+    graph = collective_taskgraph(schedule, net.devices, ELEMENT_BYTES, network=net)
     engine = simulate(graph, net, gamma_s_per_byte=gamma).makespan_s
     analytic = allreduce_time(
         spec,
@@ -111,6 +118,8 @@ def _cases() -> list[Any]:
     for variant in VARIANTS:
         for p in FAST_P:
             for kind in ("switch", "mesh"):
+                if kind == "mesh" and variant in ("nvls", "nvls_tree", "collnet_direct", "collnet_chain"):
+                    continue
                 cases.append(pytest.param(variant, p, kind, id=f"{_label(variant)}-p{p}-{kind}"))
     return cases
 

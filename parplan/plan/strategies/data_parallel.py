@@ -170,6 +170,7 @@ def allreduce_buckets(
             rank_deps=rank_deps,
             category="allreduce",
             label=f"{label} bucket{k}",
+            network=ctx.network,
         )
         previous = [[t] for t in tasks.rank_done]
         infos.append(
