@@ -45,8 +45,9 @@ _REGISTRY: dict[str, dict[str, Algorithm[Any]]] = {c: {} for c in COLLECTIVES}
 ALGORITHMS: dict[str, Algorithm[Any]] = _REGISTRY["all_reduce"]
 """The all-reduce algorithms by name, in registration order (a live view of the registry)."""
 
-DEFAULT_ALGORITHM = "ring"
-"""The all-reduce algorithm plans use unless they name one."""
+DEFAULT_ALGORITHM = "auto"
+"""The all-reduce algorithm plans use unless they name one: ``auto``, NCCL's pick per size (on a
+cluster without a GPU architecture that is the ring with NCCL's Simple protocol)."""
 
 SELECTORS = frozenset({"auto"})
 """Entries that choose among the others per call (``auto``) rather than being a schedule: ``all``
