@@ -206,7 +206,8 @@ def ring_all_reduce(
     of the tensor, over the rank orders of :func:`ring_orders` (``groups``: the ranks of each node).
 
     ``meta`` records ``channels``, the tensor part of each (``channel_bounds``: step ``k`` belongs
-    to the channel whose part holds ``offset[k]``) and each ring's rank order (``rings``).
+    to the channel whose part holds ``offset[k]``), each ring's rank order (``rings``) and, when
+    some channel is on a lane other than 0, each step's ``lane`` (:func:`ring_lanes`).
 
     >>> s = ring_all_reduce(4, 8)
     >>> s.num_steps, s.phase_names
@@ -240,6 +241,11 @@ def ring_all_reduce(
             columns[k][c * steps : (c + 1) * steps] = v
         counts[c * steps : (c + 1) * steps] = block_counts
         np.add(block_deps, c * steps, out=deps[c * edges : (c + 1) * edges])
+    lanes = ring_lanes(count, groups)
+    step_meta = None
+    if any(lanes):
+        steps = len(counts) // count
+        step_meta = {"lane": np.repeat(np.asarray(lanes, dtype=np.int32), steps)}
     return make_schedule(
         columns,
         counts,
@@ -255,7 +261,24 @@ def ring_all_reduce(
             "channel_bounds": tuple(int(x) for x in parts),
             "rings": tuple(tuple(o) for o in orders),
         },
+        step_meta=step_meta,
     )
+
+
+def ring_lanes(channels: int, groups: Sequence[Sequence[int]] | None = None) -> list[int]:
+    """The lane of each channel's steps (``meta["lane"]``, which the engine routes by): how many
+    channels before it left each node through the same device, ``c // m`` with groups (``m`` the
+    largest group: channels ``c`` and ``c + m`` start their groups at the same member), else ``c``
+    (every ring takes the same devices). On a GPU with several NICs the lanes of one pair take
+    different NICs, as NCCL gives each channel's ring its own NIC.
+
+    >>> ring_lanes(4, [[0, 1], [2, 3]]), ring_lanes(3)
+    ([0, 0, 1, 1], [0, 1, 2])
+    """
+    if groups:
+        largest = max(len(g) for g in groups)
+        return [c // largest for c in range(channels)]
+    return list(range(channels))
 
 
 def ring_reduce_scatter(num_ranks: int, num_elements: int) -> Schedule:
