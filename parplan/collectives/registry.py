@@ -27,12 +27,14 @@ from pydantic import Field, TypeAdapter
 
 from parplan.collectives import (
     auto,
+    auto_collectives,
     centralized,
     double_binary_tree,
     halving_doubling,
     hierarchical,
     nccl_tree,
     ring,
+    ring_rooted,
     tree,
     tree_broadcast,
     tree_reduce,
@@ -216,3 +218,9 @@ register(ring.REDUCE_SCATTER)
 register(ring.ALL_GATHER)
 register(tree_reduce.REDUCE)
 register(tree_broadcast.BROADCAST)
+register(ring_rooted.REDUCE)
+register(ring_rooted.BROADCAST)
+register(auto_collectives.REDUCE_SCATTER)
+register(auto_collectives.ALL_GATHER)
+register(auto_collectives.REDUCE)
+register(auto_collectives.BROADCAST)
