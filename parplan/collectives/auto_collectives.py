@@ -5,8 +5,8 @@ four (broadcast and reduce as pipelined chains), NVLS / CollNet Direct / PAT for
 reduce-scatter where the hardware has them. :func:`choose_for` asks it through
 :func:`parplan.collectives.auto.choose` (which picks among the schedules registered for the
 collective, with stand-ins where one is missing) and fits the choice to the collective's own
-schedule: the ring reduce-scatter and all-gather take no parameters (one ring stands for NCCL's
-channels and may move as fast as all of them together); the ring broadcast and reduce
+schedule: the ring reduce-scatter and all-gather (:mod:`parplan.collectives.ring_halves`) take
+NCCL's channels; the ring broadcast and reduce
 (:mod:`parplan.collectives.ring_rooted`) take NCCL's channels and one segment per step of the
 protocol's buffer (:data:`~parplan.collectives.auto.CHUNK_BYTES`) of each channel's part, so labels
 read ``auto=ring/simple/8ch/16seg``. The root of a broadcast or reduce is rank 0.
@@ -23,7 +23,7 @@ import math
 import re
 from typing import Any, ClassVar
 
-from parplan.collectives import ring, ring_rooted
+from parplan.collectives import ring_halves, ring_rooted
 from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
 from parplan.collectives.auto import CHUNK_BYTES, AutoAlgorithm, AutoChoice, choose
 from parplan.collectives.nccl_search import NcclSystem
@@ -70,7 +70,7 @@ def choose_for(
     concrete: AlgorithmSpecBase = target.spec_type.model_validate(values)
     rate = choice.channel_rate_Bps
     if "channels" not in fields and choice.nccl is not None:
-        rate *= choice.nccl.channels  # one ring stands for NCCL's channels: it gets all their rate
+        rate *= choice.nccl.channels  # a schedule without channels stands for all of NCCL's
     return dataclasses.replace(choice, spec=concrete, label=label, channel_rate_Bps=rate)
 
 
@@ -106,14 +106,14 @@ class AutoReduceScatter(AutoCollective):
     """``auto`` reduce-scatter (the ring's without a system)."""
 
     collective = "reduce_scatter"
-    fallback = ring.REDUCE_SCATTER
+    fallback = ring_halves.REDUCE_SCATTER
 
 
 class AutoAllGather(AutoCollective):
     """``auto`` all-gather (the ring's without a system)."""
 
     collective = "all_gather"
-    fallback = ring.ALL_GATHER
+    fallback = ring_halves.ALL_GATHER
 
 
 class AutoBroadcast(AutoCollective):

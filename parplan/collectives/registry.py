@@ -34,6 +34,7 @@ from parplan.collectives import (
     hierarchical,
     nccl_tree,
     ring,
+    ring_halves,
     ring_rooted,
     tree,
     tree_broadcast,
@@ -214,8 +215,8 @@ register(double_binary_tree.ALL_REDUCE)
 register(hierarchical.ALL_REDUCE)
 register(nccl_tree.ALL_REDUCE)
 register(auto.ALL_REDUCE)
-register(ring.REDUCE_SCATTER)
-register(ring.ALL_GATHER)
+register(ring_halves.REDUCE_SCATTER)
+register(ring_halves.ALL_GATHER)
 register(tree_reduce.REDUCE)
 register(tree_broadcast.BROADCAST)
 register(ring_rooted.REDUCE)

@@ -1,5 +1,6 @@
-"""Ring broadcast and reduce (NCCL's pipelined chains) and ``auto`` for the four collectives of
-their own: array proofs, closed forms against the engine, lanes, and auto's choice per size."""
+"""Ring broadcast and reduce (NCCL's pipelined chains), multi-channel ring reduce-scatter and
+all-gather, and ``auto`` for the four collectives of their own: array proofs, closed forms against
+the engine, lanes, and auto's choice per size."""
 
 from __future__ import annotations
 
@@ -54,6 +55,22 @@ def test_chains_compute_the_collective_on_arrays(collective: str, data: st.DataO
     np.testing.assert_array_equal(result.bytes_sent, sent * 8)
     np.testing.assert_array_equal(result.bytes_received, received * 8)
     assert result.bytes_received.sum() == (p - 1) * n * 8  # every rank but one gets n once
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_ring_halves_on_channels_and_nodes_compute_on_arrays(collective: str, data: st.DataObject) -> None:
+    p, n = data.draw(sizes(max_ranks=24))
+    spec = {"name": "ring", "channels": data.draw(st.one_of(st.none(), st.integers(1, 5)))}
+    groups = data.draw(st.one_of(st.none(), random_groups(p)))
+    schedule = build_schedule(spec, p, n, collective=collective, groups=groups)
+    schedule.validate()
+    result = run_and_check(schedule, inputs(data.draw(SEEDS), p, n, np.int64))
+    sent, received = get("ring", collective).traffic(parse(spec, collective), p, n, groups)
+    np.testing.assert_array_equal(result.bytes_sent, sent * 8)
+    np.testing.assert_array_equal(result.bytes_received, received * 8)
+    assert result.bytes_received.sum() == (p - 1) * n * 8
 
 
 def test_a_chain_follows_the_nodes_and_puts_each_channel_on_its_own_lane() -> None:
