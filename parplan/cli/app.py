@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from parplan import __version__
-from parplan.cli import accuracy, collective, compare, simulate, validate
+from parplan.cli import accuracy, calibrate, collective, compare, simulate, validate
 from parplan.cli.common import EXIT_CODES_HELP, STATE, guarded
 
 app = typer.Typer(
@@ -70,6 +70,7 @@ register(simulate.simulate, "simulate")
 register(compare.compare_strategies, "compare-strategies")
 register(collective.collective, "collective")
 register(accuracy.validate, "validate")
+register(calibrate.calibrate, "calibrate")
 
 
 GLOBAL_FLAGS = frozenset({"--debug", "--quiet", "-q"})

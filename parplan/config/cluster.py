@@ -454,6 +454,38 @@ TRANSPORT_DEFAULTS: dict[str, TransportCosts] = {
 """Per-kind defaults of :class:`TransportSpec`; each figure is documented beside it."""
 
 
+class CalibrationLog(Spec):
+    """One measured log a calibration fitted: where it was, its hash, what it measured."""
+
+    path: str = Field(min_length=1, description="the log as it was named to parplan calibrate")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", description="SHA-256 of the log's bytes")
+    collective: str = Field(min_length=1)
+    ranks: int = Field(ge=1)
+    sizes: int = Field(ge=1, description="sizes fitted")
+
+
+class CalibrationRecord(Spec):
+    """What ``parplan calibrate`` fitted into a cluster file, from which logs, and when.
+
+    A calibrated cluster file is the base file written out whole with the fitted values in place
+    (link ``efficiency`` per class crossed, ``transport`` latencies) plus this record: it loads like
+    any cluster file, and stays right even if the base file changes later. The record itself does
+    not change the model; it says where the numbers came from. ``fitted`` and ``kept`` map each
+    parameter to its value in human units (``kept``: with the reason it was not fitted).
+    """
+
+    base: str = Field(min_length=1, description="the cluster file the calibration started from")
+    base_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    date: str = Field(min_length=1, description="when it was fitted (ISO 8601, UTC)")
+    method: str = Field(min_length=1)
+    logs: tuple[CalibrationLog, ...] = Field(min_length=1)
+    fitted: dict[str, str] = Field(default_factory=dict)
+    kept: dict[str, str] = Field(default_factory=dict)
+    median_error_pct: dict[str, float] = Field(
+        default_factory=dict, description="median |error| over the fitted sizes: before and after"
+    )
+
+
 class ClusterSpec(Spec):
     """A cluster: a generator, explicit devices/switches/links, or both."""
 
@@ -481,6 +513,9 @@ class ClusterSpec(Spec):
             "infiniband, roce, efa or slingshot (a GPU cluster), 'gloo' if every classed link is "
             "ethernet or pcie (a CPU cluster on TCP), 'ideal' when no link has a class"
         ),
+    )
+    calibration: CalibrationRecord | None = Field(
+        default=None, description="what parplan calibrate fitted into this file (a record only)"
     )
 
     @field_validator("devices")

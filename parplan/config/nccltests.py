@@ -10,7 +10,15 @@ Two formats, told apart by their first non-comment line:
   names the columns (``size count type redop [root] time algbw busbw #wrong time algbw busbw
   #wrong``; older versions say ``error`` for ``#wrong`` and have no ``root``), then rows of
   whitespace-separated fields. The first time/algbw/busbw are out-of-place, the second in-place.
-  Log lines between rows (``NCCL INFO``, ``# Avg bus bandwidth``) are skipped.
+  Log lines between rows (``NCCL INFO``, ``# Avg bus bandwidth``) are skipped. The ``#wrong``
+  counts are kept (``N/A`` and the older ``error`` column, a float, are not counts: ``None``).
+
+Beside the rows, a table records what calibration needs to judge a log (:mod:`parplan.api.calibrate`
+refuses logs it cannot fit, with one message each): the collectives it names
+(:attr:`NcclTestsTable.collectives`, from a perf binary's name such as ``all_reduce_perf`` anywhere
+in the file, e.g. nccl-tests' ``# Collective test starting: all_gather_perf`` or a ``# run:`` note),
+the ranks printed in its ``#  Rank  N Group ...`` lines, every column header line (two mean two runs
+in one file), and, for printed output, whether the closing ``# Avg bus bandwidth`` line is there.
 
 Anything malformed raises :class:`~parplan.errors.ConfigError` with one issue naming the file and
 line: a truncated row, a value that is not a number, a missing ``size_bytes`` column, no rows.
@@ -23,9 +31,10 @@ line: a truncated row, a value that is not a number, a missing ``size_bytes`` co
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from parplan.errors import ConfigError, Issue
 
@@ -54,6 +63,8 @@ class NcclTestsRow:
     in_place_time_us: float | None = None
     in_place_algbw_GBps: float | None = None
     in_place_busbw_GBps: float | None = None
+    wrong: int | None = None
+    in_place_wrong: int | None = None
 
     def value(self, column: str) -> float | None:
         """The value of one of :data:`VALUE_COLUMNS` (``None`` when not printed)."""
@@ -73,6 +84,15 @@ class NcclTestsTable:
     columns: tuple[str, ...]
     header_line: int
     rows: tuple[NcclTestsRow, ...]
+    collectives: tuple[tuple[str, int], ...] = ()
+    """Each collective a perf binary name in the file names (``all_reduce`` for ``all_reduce_perf``),
+    with the line it is first named on, in order."""
+    ranks: int | None = None
+    """The ranks listed in nccl-tests' ``#  Rank  N Group ...`` lines (``None``: none listed)."""
+    header_lines: tuple[int, ...] = ()
+    """Every column header line of the file (printed output: one per run)."""
+    finished: bool | None = None
+    """Printed output: whether the run's closing ``# Avg bus bandwidth`` line is there."""
 
     def issue(self, message: str, line: int | None = None) -> Issue:
         """An issue about this table, at ``line`` (default: the column header)."""
@@ -105,6 +125,26 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsTable:
             return _parse_csv(lines, path)
         break
     return _parse_printed(lines, path)
+
+
+_PERF_NAME = re.compile(
+    r"\b(all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv|scatter|gather|hypercube)_perf\b"
+)
+_RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+Group\b")
+
+
+def _collectives(lines: list[str]) -> tuple[tuple[str, int], ...]:
+    """The collectives named by perf binaries in ``lines``, each with its first line."""
+    found: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        for match in _PERF_NAME.finditer(line):
+            found.setdefault(match.group(1), number)
+    return tuple(found.items())
+
+
+def _ranks(lines: list[str]) -> int | None:
+    ranks = {int(m.group(1)) for line in lines if (m := _RANK_LINE.match(line.strip()))}
+    return len(ranks) or None
 
 
 def _fail(path: str, line: int, message: str) -> ConfigError:
@@ -165,7 +205,7 @@ def _parse_csv(lines: list[str], path: str) -> NcclTestsTable:
         if size in seen:
             raise _fail(path, number, f"size {size} appears twice (first on line {seen[size]})")
         seen[size] = number
-        values = {
+        values: dict[str, Any] = {
             name: _number(cell, name, path, number) for name, cell in zip(columns[1:], cells[1:], strict=True)
         }
         rows.append(NcclTestsRow(number, size, **values))
@@ -175,7 +215,17 @@ def _parse_csv(lines: list[str], path: str) -> NcclTestsTable:
         )
     if not rows:
         raise _fail(path, header_line, "the table has a header but no rows")
-    return NcclTestsTable(path, "csv", _notes(lines), tuple(columns[1:]), header_line, tuple(rows))
+    return NcclTestsTable(
+        path,
+        "csv",
+        _notes(lines),
+        tuple(columns[1:]),
+        header_line,
+        tuple(rows),
+        collectives=_collectives(lines),
+        ranks=_ranks(lines),
+        header_lines=(header_line,),
+    )
 
 
 def _check_csv_header(columns: list[str], path: str, line: int) -> None:
@@ -193,6 +243,9 @@ def _parse_printed(lines: list[str], path: str) -> NcclTestsTable:
     header: list[str] = []
     header_line = 0
     positions: dict[str, int] = {}
+    wrong_at: list[int] = []
+    header_lines: list[int] = []
+    finished = False
     rows: list[NcclTestsRow] = []
     for number, line in enumerate(lines, start=1):
         fields = line.split()
@@ -202,7 +255,11 @@ def _parse_printed(lines: list[str], path: str) -> NcclTestsTable:
             names = [f.lstrip("#") for f in fields if f.lstrip("#")]
             if names[:2] == ["size", "count"] and "time" in names:
                 header, header_line = names, number
+                header_lines.append(number)
                 positions = _printed_positions(header)
+                wrong_at = [i for i, h in enumerate(header) if h == "wrong" and "#wrong" in fields]
+            elif names[:3] == ["Avg", "bus", "bandwidth"]:
+                finished = True
             continue
         if not _is_integer(fields[0]):
             continue  # a log line between rows
@@ -214,8 +271,17 @@ def _parse_printed(lines: list[str], path: str) -> NcclTestsTable:
                 number,
                 f"row has {len(fields)} fields, the header has {len(header)}: truncated or extra values",
             )
-        values = {name: _number(fields[i], name, path, number) for name, i in positions.items()}
-        rows.append(NcclTestsRow(number, _size(fields[0], path, number), **values))
+        values: dict[str, Any] = {n: _number(fields[i], n, path, number) for n, i in positions.items()}
+        wrong = [_count(fields[i], path, number) for i in wrong_at]
+        rows.append(
+            NcclTestsRow(
+                number,
+                _size(fields[0], path, number),
+                **values,
+                wrong=wrong[0] if wrong else None,
+                in_place_wrong=wrong[1] if len(wrong) > 1 else None,
+            )
+        )
     if not header:
         raise _fail(
             path, max(len(lines), 1), "no nccl-tests column header ('#  size  count  type ...') found"
@@ -223,7 +289,27 @@ def _parse_printed(lines: list[str], path: str) -> NcclTestsTable:
     if not rows:
         raise _fail(path, header_line, "the table has a header but no rows")
     columns = tuple(c for c in VALUE_COLUMNS if c in positions)
-    return NcclTestsTable(path, "printed", _notes(lines), columns, header_line, tuple(rows))
+    return NcclTestsTable(
+        path,
+        "printed",
+        _notes(lines),
+        columns,
+        header_line,
+        tuple(rows),
+        collectives=_collectives(lines),
+        ranks=_ranks(lines),
+        header_lines=tuple(header_lines),
+        finished=finished,
+    )
+
+
+def _count(text: str, path: str, line: int) -> int | None:
+    """A ``#wrong`` cell: a whole count, or ``None`` for ``N/A`` (validation off)."""
+    if text.upper() == "N/A":
+        return None
+    if not text.isdigit():
+        raise _fail(path, line, f"{text!r} in column #wrong is not a count")
+    return int(text)
 
 
 def _printed_positions(header: list[str]) -> dict[str, int]:
