@@ -17,6 +17,8 @@ Kinds of task:
   ``overhead_s``: a fixed delay before its bytes move that the plan charges (a collective call's
   software and launch cost on its first messages), and ``max_rate_Bps``: the fastest its payload
   can move whatever the links allow (an NCCL channel's thread block has a throughput of its own).
+  ``lane`` (None: all 0) names the channel of a collective step: where the network has several
+  equally good paths between two devices (a GPU with several NICs), lanes take different ones.
 - ``MARKER``: takes no time; joins dependencies (e.g. "bucket 3 ready").
 
 ``label`` indexes ``labels`` (a string table) and ``category`` indexes ``categories`` (e.g.
@@ -69,6 +71,7 @@ class TaskGraph:
     categories: tuple[str, ...]
     labels: tuple[str, ...]
     meta: dict[str, object] = field(default_factory=dict)
+    lane: npt.NDArray[np.int32] | None = None  # transfer lane (route choice); None: every lane 0
 
     @property
     def num_tasks(self) -> int:
@@ -277,6 +280,7 @@ class TaskGraphBuilder:
             categories=tuple(self._cat_index),
             labels=tuple(self._label_index),
             meta=dict(meta or {}),
+            lane=cols["lane"] if np.count_nonzero(cols["lane"]) else None,
         )
 
 
@@ -294,6 +298,7 @@ _COLUMNS = (
     "protocol",
     "overhead_s",
     "max_rate_Bps",
+    "lane",
 )
 _DTYPES: dict[str, type] = {
     "kind": np.int8,
@@ -309,6 +314,7 @@ _DTYPES: dict[str, type] = {
     "protocol": np.int8,
     "overhead_s": np.float64,
     "max_rate_Bps": np.float64,
+    "lane": np.int32,
 }
 _DEFAULTS: dict[str, object] = {
     "kind": MARKER,
@@ -324,4 +330,5 @@ _DEFAULTS: dict[str, object] = {
     "protocol": NO_PROTOCOL,
     "overhead_s": 0.0,
     "max_rate_Bps": float("inf"),
+    "lane": 0,
 }

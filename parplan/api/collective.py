@@ -24,9 +24,10 @@ from pathlib import Path
 from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCheck, fit_algorithm
 from parplan.api.knobs import algorithm_problem
 from parplan.collectives.algorithm import AlgorithmSpecBase
-from parplan.collectives.auto import AutoAlgorithm, choose
+from parplan.collectives.auto import AutoAlgorithm
+from parplan.collectives.auto_collectives import choose_for
 from parplan.collectives.nccl_search import NcclSystem
-from parplan.collectives.registry import ALGORITHMS, algorithms, get, resolve, schedules
+from parplan.collectives.registry import algorithms, get, resolve, schedules
 from parplan.collectives.schedule import COLLECTIVES
 from parplan.collectives.specs import parse_algorithm
 from parplan.config.units import format_bytes
@@ -215,13 +216,10 @@ def check_collective(collective: str) -> str:
 
 
 def default_algorithm(collective: str = "all_reduce") -> str:
-    """The algorithm ``parplan collective`` times when none is named: ``auto`` (NCCL's pick) for an
-    all-reduce, else
-    the first registered for the collective (``ring`` for all-gather and reduce-scatter, ``tree``
-    for reduce and broadcast)."""
-    if check_collective(collective) == "all_reduce":
-        return "auto"
-    return next(iter(algorithms(collective)))
+    """The algorithm ``parplan collective`` times when none is named: ``auto`` (NCCL's pick per
+    size) for every collective, else the first registered for it."""
+    table = algorithms(check_collective(collective))
+    return "auto" if "auto" in table else next(iter(table))
 
 
 def algorithm_label(spec: AlgorithmSpecBase, collective: str = "all_reduce") -> str:
@@ -236,7 +234,7 @@ def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[Al
     >>> [algorithm_label(s) for s in expand_algorithms("ring, tree:4")]
     ['ring', 'tree:4']
     >>> [algorithm_label(s, "broadcast") for s in expand_algorithms("all", "broadcast")]
-    ['tree']
+    ['tree', 'ring']
     """
     table = algorithms(check_collective(collective))
     every = schedules(collective)  # 'all' leaves out auto, which picks among the others
@@ -355,15 +353,17 @@ def resolve_auto(
     size_bytes: float,
     system: NcclSystem | None,
     protocol: str | None = None,
+    collective: str = "all_reduce",
 ) -> tuple[AlgorithmSpecBase, str | None, str | None, float]:
     """The schedule to simulate for ``spec`` at ``size_bytes``, its protocol and what to call it:
-    ``auto`` asks NCCL's tuner (:func:`parplan.collectives.auto.choose`); another algorithm runs as
-    it is, with ``protocol`` when one is forced (and only then is it named). The last item is the
-    payload rate ceiling of one channel's transfers (``inf``: none)."""
+    ``auto`` asks NCCL's tuner (:func:`parplan.collectives.auto_collectives.choose_for`, for any
+    ``collective``); another algorithm runs as it is, with ``protocol`` when one is forced (and
+    only then is it named). The last item is the payload rate ceiling of one channel's transfers
+    (``inf``: none)."""
     if isinstance(spec, AutoAlgorithm):
         if protocol is not None and spec.protocol is None:
             spec = spec.model_copy(update={"protocol": protocol})
-        choice = choose(spec, system, size_bytes, ALGORITHMS)
+        choice = choose_for(spec, system, size_bytes, algorithms(collective), collective)
         return choice.spec, choice.protocol, choice.label, choice.channel_rate_Bps
     label = None if protocol is None else f"{spec.name}/{protocol}"
     return spec, protocol, label, math.inf
@@ -459,7 +459,7 @@ def collective_sweep(
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
-                run, proto, name, cap = resolve_auto(spec, size_bytes, system, protocol)
+                run, proto, name, cap = resolve_auto(spec, size_bytes, system, protocol, collective)
                 result, graph = _simulate(
                     network, devices, run, count, element_bytes, groups, gamma_s_per_byte, collective,
                     proto, cap,

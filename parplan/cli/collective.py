@@ -6,8 +6,8 @@
 
 ``--collective`` picks all_reduce (the default), all_gather, reduce_scatter, broadcast or reduce;
 busbw follows nccl-tests for each (all-reduce 2(p-1)/p x algbw, all-gather and reduce-scatter
-(p-1)/p, broadcast and reduce 1). Without ``--algorithm`` the collective's default is timed
-(ring for all-reduce, all-gather and reduce-scatter; tree for broadcast and reduce).
+(p-1)/p, broadcast and reduce 1). Without ``--algorithm`` every collective is timed with ``auto``
+(NCCL's pick per size; the collective's ring on a cluster that names no GPU architecture).
 
 Prints a row per size with the size, the element count, the time (us) and nccl-tests' algbw and
 busbw (GB/s). ``--algorithm all`` (or a comma list) compares algorithms side by side and marks the
@@ -55,7 +55,7 @@ def collective(
             "--algorithm",
             "-a",
             help="An algorithm of the collective (auto: as NCCL's tuner picks; ring, tree:4, ...; a bad"
-            " name lists them all), a comma list, or 'all' (default: auto; tree for broadcast and reduce).",
+            " name lists them all), a comma list, or 'all' (default: auto, for every collective).",
             show_default=False,
         ),
     ] = None,

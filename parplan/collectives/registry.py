@@ -28,6 +28,7 @@ from pydantic import Field, TypeAdapter
 
 from parplan.collectives import (
     auto,
+    auto_collectives,
     centralized,
     collnet,
     double_binary_tree,
@@ -37,6 +38,8 @@ from parplan.collectives import (
     nvls,
     nvls_tree,
     ring,
+    ring_halves,
+    ring_rooted,
     tree,
     tree_broadcast,
     tree_reduce,
@@ -49,8 +52,9 @@ _REGISTRY: dict[str, dict[str, Algorithm[Any]]] = {c: {} for c in COLLECTIVES}
 ALGORITHMS: dict[str, Algorithm[Any]] = _REGISTRY["all_reduce"]
 """The all-reduce algorithms by name, in registration order (a live view of the registry)."""
 
-DEFAULT_ALGORITHM = "ring"
-"""The all-reduce algorithm plans use unless they name one."""
+DEFAULT_ALGORITHM = "auto"
+"""The all-reduce algorithm plans use unless they name one: ``auto``, NCCL's pick per size (on a
+cluster without a GPU architecture that is the ring with NCCL's Simple protocol)."""
 
 SELECTORS = frozenset({"auto"})
 """Entries that choose among the others per call (``auto``) rather than being a schedule: ``all``
@@ -226,9 +230,15 @@ register(nvls_tree.ALL_REDUCE)
 register(collnet.ALL_REDUCE_DIRECT)
 register(collnet.ALL_REDUCE_CHAIN)
 register(auto.ALL_REDUCE)
-register(ring.REDUCE_SCATTER)
-register(ring.ALL_GATHER)
+register(ring_halves.REDUCE_SCATTER)
+register(ring_halves.ALL_GATHER)
 register(nvls.REDUCE_SCATTER)
 register(nvls.ALL_GATHER)
 register(tree_reduce.REDUCE)
 register(tree_broadcast.BROADCAST)
+register(ring_rooted.REDUCE)
+register(ring_rooted.BROADCAST)
+register(auto_collectives.REDUCE_SCATTER)
+register(auto_collectives.ALL_GATHER)
+register(auto_collectives.REDUCE)
+register(auto_collectives.BROADCAST)

@@ -1,4 +1,5 @@
-"""Ring all-reduce, reduce-scatter and all-gather, built with vectorised numpy.
+"""Ring all-reduce, built with vectorised numpy (the reduce-scatter and all-gather halves on their own
+are in :mod:`parplan.collectives.ring_halves`).
 
 The tensor is cut into p chunks (:func:`~parplan.collectives.schedule.chunk_bounds`). Around the
 ring ``r -> r + 1``:
@@ -72,8 +73,12 @@ def ring_block(
     all_gather: bool = True,
     prior: Sequence[Sequence[int]] | None = None,
     phases: tuple[int, int] = (0, 1),
+    chunks: tuple[IntArray, IntArray] | None = None,
 ) -> tuple[dict[str, np.ndarray], AnyIntArray, IntArray]:
-    """The steps of a ring over ``ranks`` (ring order) with chunk ``bounds`` (``len(ranks) + 1``).
+    """The steps of a ring over ``ranks`` (ring order) with chunk ``bounds`` (``len(ranks) + 1``),
+    or with ``chunks``: the (start, size) of each position's chunk when they are not contiguous
+    in ring order (``bounds`` is then ignored). The position-``i`` chunk is the one a
+    reduce-scatter leaves at position ``i`` and an all-gather starts from there.
 
     Returns ``(columns, dep_counts, dep_indices)`` with absolute step indices for steps numbered
     from ``base``. ``prior[i]`` lists earlier steps that reduced into ``ranks[i]``'s whole tensor
@@ -89,8 +94,9 @@ def ring_block(
     shift = [*range(1, rs_rows + 1), *range(ag_rows)]
     # Row R sends chunk (i - shift[R]) mod q from position i: a rotation of the chunk table, read
     # as a slice of the table written twice (no index temporaries at 33 M steps).
-    starts2 = np.tile(bounds[:-1], 2)
-    sizes2 = np.tile(np.diff(bounds), 2)
+    starts, sizes = (bounds[:-1], np.diff(bounds)) if chunks is None else chunks
+    starts2 = np.tile(starts, 2)
+    sizes2 = np.tile(sizes, 2)
     offset = np.empty((rows, q), dtype=np.int64)
     length = np.empty((rows, q), dtype=np.int64)
     for row, h in enumerate(shift):
@@ -142,24 +148,6 @@ def ring_final_writers(bounds: IntArray, base: int, position: int, prior: Sequen
     return writers
 
 
-def _ring_schedule(num_ranks: int, num_elements: int, collective: str, rs: bool, ag: bool) -> Schedule:
-    check_sizes(num_ranks, num_elements)
-    columns, counts, deps = ring_block(
-        np.arange(num_ranks), chunk_bounds(num_elements, num_ranks), 0, reduce_scatter=rs, all_gather=ag
-    )
-    return make_schedule(
-        columns,
-        counts,
-        deps,
-        algorithm="ring",
-        collective=collective,
-        num_ranks=num_ranks,
-        num_elements=num_elements,
-        phase_names=RING_PHASES,
-        meta={"chunks": num_ranks},
-    )
-
-
 def ring_channels(
     num_ranks: int, channels: int | None = None, groups: Sequence[Sequence[int]] | None = None
 ) -> int:
@@ -206,7 +194,8 @@ def ring_all_reduce(
     of the tensor, over the rank orders of :func:`ring_orders` (``groups``: the ranks of each node).
 
     ``meta`` records ``channels``, the tensor part of each (``channel_bounds``: step ``k`` belongs
-    to the channel whose part holds ``offset[k]``) and each ring's rank order (``rings``).
+    to the channel whose part holds ``offset[k]``), each ring's rank order (``rings``) and, when
+    some channel is on a lane other than 0, each step's ``lane`` (:func:`ring_lanes`).
 
     >>> s = ring_all_reduce(4, 8)
     >>> s.num_steps, s.phase_names
@@ -240,6 +229,11 @@ def ring_all_reduce(
             columns[k][c * steps : (c + 1) * steps] = v
         counts[c * steps : (c + 1) * steps] = block_counts
         np.add(block_deps, c * steps, out=deps[c * edges : (c + 1) * edges])
+    lanes = ring_lanes(count, groups)
+    step_meta = None
+    if any(lanes):
+        steps = len(counts) // count
+        step_meta = {"lane": np.repeat(np.asarray(lanes, dtype=np.int32), steps)}
     return make_schedule(
         columns,
         counts,
@@ -255,17 +249,24 @@ def ring_all_reduce(
             "channel_bounds": tuple(int(x) for x in parts),
             "rings": tuple(tuple(o) for o in orders),
         },
+        step_meta=step_meta,
     )
 
 
-def ring_reduce_scatter(num_ranks: int, num_elements: int) -> Schedule:
-    """Ring reduce-scatter: rank r ends with chunk r (of ``chunk_bounds(n, p)``) fully reduced."""
-    return _ring_schedule(num_ranks, num_elements, "reduce_scatter", True, False)
+def ring_lanes(channels: int, groups: Sequence[Sequence[int]] | None = None) -> list[int]:
+    """The lane of each channel's steps (``meta["lane"]``, which the engine routes by): how many
+    channels before it left each node through the same device, ``c // m`` with groups (``m`` the
+    largest group: channels ``c`` and ``c + m`` start their groups at the same member), else ``c``
+    (every ring takes the same devices). On a GPU with several NICs the lanes of one pair take
+    different NICs, as NCCL gives each channel's ring its own NIC.
 
-
-def ring_all_gather(num_ranks: int, num_elements: int) -> Schedule:
-    """Ring all-gather: rank r starts with chunk r and every rank ends with the whole tensor."""
-    return _ring_schedule(num_ranks, num_elements, "all_gather", False, True)
+    >>> ring_lanes(4, [[0, 1], [2, 3]]), ring_lanes(3)
+    ([0, 0, 1, 1], [0, 1, 2])
+    """
+    if groups:
+        largest = max(len(g) for g in groups)
+        return [c // largest for c in range(channels)]
+    return list(range(channels))
 
 
 def ring_traffic(
@@ -353,65 +354,4 @@ class RingAllReduce(Algorithm[RingAlgorithm]):
         return ring_traffic(num_ranks, num_elements, channels=channels, groups=groups)
 
 
-class RingHalfSpec(AlgorithmSpecBase):
-    """A ring reduce-scatter or all-gather: no parameters."""
-
-    name: Literal["ring"]
-
-
-class RingReduceScatter(Algorithm[RingHalfSpec]):
-    """The reduce-scatter half of the ring: ``(p-1)(alpha + n/p (beta + gamma))``."""
-
-    name = "ring"
-    collective = "reduce_scatter"
-    spec_type = RingHalfSpec
-
-    def build(
-        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
-    ) -> Schedule:
-        return ring_reduce_scatter(num_ranks, num_elements)
-
-    def closed_form_s(
-        self, spec: RingHalfSpec, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
-    ) -> float:
-        chunk = size_bytes / num_ranks
-        return (num_ranks - 1) * (cost.alpha_s + chunk * (cost.beta_s_per_byte + cost.gamma_s_per_byte))
-
-    def traffic(
-        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
-    ) -> Traffic:
-        if num_ranks == 1:
-            return zero_traffic(1)
-        c = np.diff(chunk_bounds(num_elements, num_ranks))
-        return num_elements - c, num_elements - np.roll(c, 1)  # all but its own / but r-1's chunk
-
-
-class RingAllGather(Algorithm[RingHalfSpec]):
-    """The all-gather half of the ring: ``(p-1)(alpha + n/p beta)``."""
-
-    name = "ring"
-    collective = "all_gather"
-    spec_type = RingHalfSpec
-
-    def build(
-        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
-    ) -> Schedule:
-        return ring_all_gather(num_ranks, num_elements)
-
-    def closed_form_s(
-        self, spec: RingHalfSpec, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
-    ) -> float:
-        return (num_ranks - 1) * (cost.alpha_s + size_bytes / num_ranks * cost.beta_s_per_byte)
-
-    def traffic(
-        self, spec: RingHalfSpec, num_ranks: int, num_elements: int, groups: Groups | None = None
-    ) -> Traffic:
-        if num_ranks == 1:
-            return zero_traffic(1)
-        c = np.diff(chunk_bounds(num_elements, num_ranks))
-        return num_elements - np.roll(c, -1), num_elements - c  # all but chunk r+1 / but its own
-
-
 ALL_REDUCE = RingAllReduce()
-REDUCE_SCATTER = RingReduceScatter()
-ALL_GATHER = RingAllGather()

@@ -33,6 +33,7 @@ from pydantic import (
 )
 
 from parplan.collectives.algorithm import AlgorithmSpecBase
+from parplan.collectives.auto import AutoAlgorithm
 from parplan.collectives.centralized import CentralizedAlgorithm
 from parplan.collectives.double_binary_tree import DoubleBinaryTreeAlgorithm
 from parplan.collectives.halving_doubling import HalvingDoublingAlgorithm
@@ -43,6 +44,7 @@ from parplan.collectives.tree import TreeAlgorithm
 
 __all__ = [
     "AlgorithmSpec",
+    "AutoAlgorithm",
     "CentralizedAlgorithm",
     "DoubleBinaryTreeAlgorithm",
     "HalvingDoublingAlgorithm",

@@ -16,7 +16,7 @@ from pydantic import Field, GetJsonSchemaHandler, PlainValidator, ValidationInfo
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
-from parplan.collectives.specs import AlgorithmSpec, RingAlgorithm
+from parplan.collectives.specs import AlgorithmSpec, AutoAlgorithm
 from parplan.config.units import Bytes
 from parplan.errors import PlanError
 from parplan.pipeline import registry as pipeline_registry
@@ -33,7 +33,10 @@ class LocalStrategy(Spec):
 class AggregationSpec(Spec):
     """How data-parallel gradients are combined after each step."""
 
-    algorithm: AlgorithmSpec = Field(default_factory=lambda: RingAlgorithm(name="ring"))
+    algorithm: AlgorithmSpec = Field(
+        default_factory=lambda: AutoAlgorithm(name="auto"),
+        description="all-reduce algorithm; default 'auto': NCCL's pick per size (the ring without a GPU)",
+    )
     reduce: Literal["mean", "sum", "weighted_by_samples"] = "mean"
     bucket_size_bytes: Bytes = Field(
         default=25 * 2**20, alias="bucket_size", description="gradient bucket size (PyTorch DDP: 25 MiB)"

@@ -6,6 +6,12 @@ are rows of a padded channel matrix (padding is the dummy channel ``num_channels
 infinite bandwidth and is never counted), a latency and a narrowest bandwidth, so the rest of the
 engine works on route ids with array indexing. Ids are found by a dense (src, dst) table when the
 network's device count allows, else by binary search in sorted keys.
+
+Lanes. A transfer may name a lane (the channel of a collective step; see
+:mod:`parplan.topology.routing`): where the network's router honours lanes, (src, dst, lane) is
+routed on its own and gets an id of its own unless its channels are those of an id already known
+for the pair. Transfers on lane 0, and every transfer on a network whose router ignores lanes, take
+the plain (src, dst) route, so graphs without lanes see exactly the table above.
 """
 
 from __future__ import annotations
@@ -13,10 +19,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from parplan.engine.arrays import EMPTY_F, EMPTY_I, IntArray
 from parplan.errors import SimulationError
 from parplan.topology.network import Network
+
+LaneArray = npt.NDArray[np.int32] | IntArray
+"""A lane per transfer (the task graph keeps int32)."""
 
 # Largest (number of network devices)^2 for which route ids come from a dense table.
 _DENSE_ROUTE_TABLE = 1 << 26
@@ -60,17 +70,57 @@ class RouteTable:
         self.narrowest_Bps = EMPTY_F
         self.hardware = EMPTY_I  # route id -> the largest hardware code it crosses (NVLink < PCIe < NET)
         self.padded = False  # some route is shorter than the channel matrix is wide
+        self._lane_ids: dict[tuple[int, int], int] = {}  # (src * num_net_dev + dst, lane) -> id
+        self._ids_by_path: dict[tuple[int, tuple[int, ...]], int] = {}  # (pair key, channels) -> id
 
     @property
     def num_routes(self) -> int:
         """Routes found so far."""
         return len(self._channel_list)
 
-    def ids(self, src: IntArray, dst: IntArray) -> IntArray:
-        """Route ids for graph device pairs, asking the network for routes not seen before."""
+    def ids(self, src: IntArray, dst: IntArray, lane: LaneArray | None = None) -> IntArray:
+        """Route ids for graph device pairs (on ``lane``: None or 0 is the plain route), asking the
+        network for routes not seen before."""
         keys = self.net_dev[src] * self.num_net_dev + self.net_dev[dst]
         rids = self._lookup(keys)
-        return self.ids(src, dst) if rids is None else rids
+        if rids is None:
+            return self.ids(src, dst, lane)
+        if lane is None or not self.network.lanes_differ:
+            return rids
+        on_lane = np.flatnonzero(lane)
+        if len(on_lane):
+            rids = rids.copy()
+            rids[on_lane] = self._lane_lookup(keys[on_lane], rids[on_lane], lane[on_lane])
+        return rids
+
+    def _lane_lookup(self, keys: IntArray, plain: IntArray, lane: LaneArray) -> IntArray:
+        """Ids of (pair key, lane > 0), routing the new ones; a lane route whose channels equal a
+        known route of the pair shares its id."""
+        span = int(lane.max()) + 1
+        combined, first, inverse = np.unique(keys * span + lane, return_index=True, return_inverse=True)
+        out = np.empty(len(combined), dtype=np.int64)
+        names = self.network.devices
+        found = self._lane_ids
+        new: list[tuple[IntArray, float]] = []
+        pairs = zip(keys[first].tolist(), plain[first].tolist(), lane[first].tolist(), strict=True)
+        for i, (key, base, ln) in enumerate(pairs):
+            rid = found.get((key, ln))
+            if rid is None:
+                self._ids_by_path.setdefault((key, tuple(self._channel_list[base].tolist())), base)
+                s, d = divmod(key, self.num_net_dev)
+                channels, latency = self.network.lane_route(names[s], names[d], int(ln))
+                path_key = (key, tuple(channels.tolist()))
+                rid = self._ids_by_path.get(path_key)
+                if rid is None:
+                    rid = len(self._channel_list) + len(new)
+                    new.append((np.asarray(channels, dtype=np.int64), float(latency)))
+                    self._ids_by_path[path_key] = rid
+                found[(key, ln)] = rid
+            out[i] = rid
+        if new:
+            self._append(new)
+        ids: IntArray = out[inverse.ravel()]
+        return ids
 
     def _lookup(self, keys: IntArray) -> IntArray | None:
         """Ids of ``keys``; when some are new, adds them and returns None."""
@@ -96,14 +146,14 @@ class RouteTable:
     def _add(self, keys: IntArray) -> None:
         names = self.network.endpoints
         first = len(self._channel_list)
+        routes: list[tuple[IntArray, float]] = []
         for key in keys.tolist():
             s, d = divmod(key, self.num_net_dev)
             channels, latency = self.network.route(names[s], names[d])
             if not len(channels):
                 raise SimulationError(f"route from {names[s]!r} to {names[d]!r} crosses no link")
-            self._channel_list.append(np.asarray(channels, dtype=np.int64))
-            self._latency_list.append(float(latency))
-        new_ids = np.arange(first, len(self._channel_list), dtype=np.int64)
+            routes.append((np.asarray(channels, dtype=np.int64), float(latency)))
+        new_ids = np.arange(first, first + len(routes), dtype=np.int64)
         if len(self._table):
             self._table[keys] = (new_ids + 1).astype(np.int32)
         else:
@@ -111,6 +161,13 @@ class RouteTable:
             all_ids = np.concatenate([self._key_ids, new_ids])
             order = np.argsort(all_keys, kind="stable")
             self._keys, self._key_ids = all_keys[order], all_ids[order]
+        self._append(routes)
+
+    def _append(self, routes: list[tuple[IntArray, float]]) -> None:
+        """Give ``routes`` (channels, latency) the next ids and rebuild the route arrays."""
+        for channels, latency in routes:
+            self._channel_list.append(channels)
+            self._latency_list.append(latency)
         width = max(len(c) for c in self._channel_list)
         mat = np.full((len(self._channel_list), width), self.num_channels, dtype=np.int64)
         for i, c in enumerate(self._channel_list):

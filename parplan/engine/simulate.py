@@ -211,7 +211,8 @@ class _Engine:
             tasks, src, dst = tasks[keep], src[keep], dst[keep]
             if not len(tasks):
                 return
-        rids = self.routes.ids(src, dst)
+        lane = self.tasks.lane
+        rids = self.routes.ids(src, dst, None if lane is None else lane[tasks])
         self.rec.grow_routes(self.routes.num_routes)
         self.flows.issue(tasks, rids, None if self.pricer.plain else self.pricer.delay_s(tasks, rids))
 

@@ -49,6 +49,7 @@ class TaskView:
     protocol: npt.NDArray[np.int8]
     overhead_s: FloatArray
     max_rate_Bps: FloatArray
+    lane: npt.NDArray[np.int32] | None = None  # None: every transfer on lane 0
 
     @classmethod
     def of(cls, graph: TaskGraph) -> TaskView:
@@ -56,7 +57,7 @@ class TaskView:
         view = cls(
             graph.devices, graph.kind, graph.device, graph.dst, graph.size_bytes, graph.seconds,
             graph.flops, graph.reduce, graph.priority, graph.dep_offsets, graph.dep_indices,
-            graph.protocol, graph.overhead_s, graph.max_rate_Bps,
+            graph.protocol, graph.overhead_s, graph.max_rate_Bps, graph.lane,
         )  # fmt: skip
         view._check()
         return view
@@ -80,6 +81,8 @@ class TaskView:
                 raise SimulationError(
                     f"task graph column {name!r} has {len(getattr(self, name))} entries, want {n}"
                 )
+        if self.lane is not None and (len(self.lane) != n or (n and self.lane.min() < 0)):
+            raise SimulationError("task graph lanes must be >= 0, one per task")
         offsets, indices = self.dep_offsets, self.dep_indices
         if len(offsets) != n + 1 or offsets[-1] != len(indices) or offsets[0] != 0:
             raise SimulationError("task graph dependency offsets do not match the dependency list")

@@ -30,6 +30,10 @@ rate ceiling ``max_rate_Bps`` (NCCL's per-channel bandwidth for the algorithm an
 per-call cost (:func:`call_overhead_s`: the transport's call latency plus, under ``nccl``, the
 protocol's base latency), paid once per call: it is the ``overhead_s`` of the steps without
 dependencies, the ones every other step waits for.
+
+A schedule whose ``meta["lane"]`` holds a lane per step (the channel of a ring step) passes it on
+as the transfers' ``lane`` column: the engine routes each lane on its own where the network has
+several equally good paths (a GPU with several NICs).
 """
 
 from __future__ import annotations
@@ -141,6 +145,9 @@ def lower_schedule(
         "label": phase_labels[schedule.phase],
         **_message_columns(schedule, protocol, call_overhead_s, max_rate_Bps),
     }
+    lanes = step_lanes(schedule)
+    if lanes is not None:
+        columns["lane"] = lanes
     builder.add_block(columns, offsets, flat)
 
     done_counts, done_flat = _done_edges(schedule, first)
@@ -194,6 +201,7 @@ def collective_taskgraph(
         dep_indices=schedule.dep_indices,
         categories=(category_name(schedule),),
         labels=tuple(f"{algorithm}:{name}" for name in schedule.phase_names),
+        lane=step_lanes(schedule),
         meta={
             "collective": {
                 "algorithm": algorithm,
@@ -213,6 +221,18 @@ NVLS_CALL_US: tuple[float, ...] = tuple(
 """Per protocol, NCCL's NVLS latency (``hwLat[NVLINK][NVLS]``, which replaces the base latency in
 NCCL's model) less the per-step latency the engine already charges the two hops of the slice that
 goes up to the switch and comes back: so one slice costs what NCCL's tuner says."""
+
+
+def step_lanes(schedule: Schedule) -> np.ndarray | None:
+    """The schedule's lane per step (``meta["lane"]``) as int32, or None when it has none or all
+    are 0."""
+    lanes = schedule.meta.get("lane")
+    if lanes is None:
+        return None
+    column = np.asarray(lanes, dtype=np.int32)
+    if len(column) != schedule.num_steps:
+        raise PlanError(f"schedule lanes: {len(column)} for {schedule.num_steps} steps")
+    return column if np.count_nonzero(column) else None
 
 
 def call_overhead_s(transport: TransportCosts, algorithm: str, protocol: str | None) -> float:

@@ -93,7 +93,14 @@ def torchrun_command(
     worker_args: Sequence[str],
     timeout_s: float,
 ) -> list[str]:
-    """The argv that starts ``slot``'s ranks: its wrapper, then torchrun with the worker module."""
+    """The argv that starts ``slot``'s ranks: its wrapper, then torchrun with the worker module.
+
+    A wrapped slot (a network namespace) names its own address (``--local-addr``) and says whether
+    it hosts the rendezvous (``is_host``): torchrun would otherwise match the endpoint against this
+    machine's hostname, which no namespace has, and every rank would wait until the timeout."""
+    conf = f"join_timeout={max(int(timeout_s), 1)}"
+    if slot.wrapper:
+        conf += f",is_host={int(node_rank == 0)}"
     return [
         *slot.wrapper,
         sys.executable,
@@ -112,7 +119,7 @@ def torchrun_command(
         "--rdzv-id",
         run_id,
         "--rdzv-conf",
-        f"join_timeout={max(int(timeout_s), 1)}" + (f",is_host={int(node_rank == 0)}" if slot.wrapper else ""),
+        conf,
         *(["--local-addr", slot.address] if slot.wrapper else []),
         "--max-restarts",
         "0",

@@ -23,6 +23,9 @@ any other switch is refused as an endpoint with a message saying what it lacks.
 
 Routing is pluggable (any :data:`Router`); the default, :func:`shortest_hop_route`, is the
 deterministic rule of :mod:`parplan.topology.routing` and :func:`spread_route` its D-mod-k variant.
+Routes may be asked for on a *lane* (a collective's channel): :func:`spread_route` takes the lanes
+of one pair through its equally good paths in turn (a GPU's several NICs, see
+:mod:`parplan.topology.routing`); other routers give every lane the lane-0 route.
 The graph must not be changed once a ``Network`` wraps it: routes and tables are cached.
 """
 
@@ -114,6 +117,7 @@ class Network:
         self.channel_hardware = np.array([channels[c][2] for c in range(len(channels))], dtype=np.int64)
         self._router: Router = router or shortest_hop_route
         self._route_cache: dict[tuple[str, str], tuple[IntArray, float]] = {}
+        self._lane_cache: dict[tuple[str, str, int], tuple[IntArray, float]] = {}
         self._routing_tables: dict[str, RoutingTables] = {}
 
     # -- devices ---------------------------------------------------------------------------------
@@ -215,6 +219,33 @@ class Network:
     def path(self, src: str, dst: str) -> list[str]:
         """The node path of a route, for display."""
         return [src] if src == dst else self._router(self, src, dst)
+
+    @property
+    def lanes_differ(self) -> bool:
+        """Whether routes on different lanes may differ (the router honours lanes)."""
+        return self._router is spread_route
+
+    def lane_route(self, src: str, dst: str, lane: int) -> tuple[IntArray, float]:
+        """Like :meth:`route` on ``lane`` (lane 0, or a router without lanes: :meth:`route`)."""
+        if lane == 0 or src == dst or not self.lanes_differ:
+            return self.route(src, dst)
+        key = (src, dst, lane)
+        hit = self._lane_cache.get(key)
+        if hit is None:
+            path = [str(n) for n in self.routing_tables("spread").path(src, dst, lane)]
+            edges = [self.graph.edges[u, v] for u, v in pairwise(path)]
+            hit = (
+                np.array([int(e["channel"]) for e in edges], dtype=np.int64),
+                float(sum(float(e["latency_s"]) for e in edges)),
+            )
+            self._lane_cache[key] = hit
+        return hit
+
+    def lane_path(self, src: str, dst: str, lane: int) -> list[str]:
+        """The node path of a route on ``lane``, for display."""
+        if lane == 0 or src == dst or not self.lanes_differ:
+            return self.path(src, dst)
+        return [str(n) for n in self.routing_tables("spread").path(src, dst, lane)]
 
     def routes(
         self, srcs: Sequence[str] | IntArray, dsts: Sequence[str] | IntArray

@@ -23,6 +23,14 @@ The rule, for a route from ``s`` to ``t``:
    ECMP-free, but the up-paths to consecutive destinations fan out over all aggregation and core
    switches.
 
+Lanes. A route may be asked for on a *lane* (a collective's channel: NCCL runs each channel's ring
+through its own NIC). Under ``spread``, at a hop with ``c > 1`` candidates lane ``L`` takes
+candidate ``(digit + L) mod c`` where lane 0 takes ``digit``, so the lanes of one (source,
+destination) pair walk through the equally good next hops in turn at every hop: between GPUs with
+k NICs each, lanes ``0 .. k-1`` leave through k different NICs and arrive through k different
+ones. Lane 0 is the route without a lane. ``first`` ignores lanes: it has one route per pair by
+design.
+
 On a graph whose links all have one bandwidth, rule 1 changes nothing and costs nothing.
 
 How it stays fast at thousands of devices. The graph (as undirected) is cut into its biconnected
@@ -297,6 +305,7 @@ class RoutingTables:
         self._cache_limit = cache_entries
         self.tables_built = 0
         """How many (block, destination) tables have been computed, for benchmarks and tests."""
+        self._lane = 0  # the lane of the path being walked (see the module docstring)
 
     def _init_blocks(self, undirected: nx.Graph, n: int) -> None:
         """Biconnected blocks and the block-cut forest, rooted per component, for path queries."""
@@ -341,19 +350,23 @@ class RoutingTables:
                         stack.append(y)
 
     # -- public ----------------------------------------------------------------------------------
-    def path(self, src: Hashable, dst: Hashable) -> list[Hashable]:
-        """The node path from ``src`` to ``dst`` (both included) under this object's rule."""
+    def path(self, src: Hashable, dst: Hashable, lane: int = 0) -> list[Hashable]:
+        """The node path from ``src`` to ``dst`` (both included) under this object's rule, on
+        ``lane`` (see the module docstring; ``first`` ignores it)."""
         for end in (src, dst):
             if end not in self.index:
                 raise TopologyError(f"unknown node {end!r} in cluster {self.name!r}")
-        return [self.nodes[i] for i in self.index_path(self.index[src], self.index[dst])]
+        return [self.nodes[i] for i in self.index_path(self.index[src], self.index[dst], lane)]
 
-    def index_path(self, s: int, t: int) -> list[int]:
+    def index_path(self, s: int, t: int, lane: int = 0) -> list[int]:
         """Like :meth:`path` on insertion indices."""
+        if lane < 0:
+            raise TopologyError(f"a lane must be >= 0, got {lane}")
         if s == t:
             return [s]
         out = [s]
         key = [t]
+        self._lane = lane
         legs = self._segments(s, t)
         floor = 0.0 if self._uniform else min(self._leg_width(x, y, block) for x, y, block in legs)
         for x, y, block in legs:
@@ -410,7 +423,7 @@ class RoutingTables:
             return candidates[0]
         digit = key[0] % c
         key[0] //= c
-        return candidates[digit]
+        return candidates[(digit + self._lane) % c]
 
     def _leg_width(self, s: int, t: int, block_id: int) -> float:
         """The widest bandwidth at which a directed path joins ``s`` to ``t`` inside the block

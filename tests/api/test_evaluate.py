@@ -90,7 +90,7 @@ def test_overrides_reach_the_simulation() -> None:
     base = evaluate_plan(ctx, plan(_dp(2)))
     more = evaluate_plan(ctx, plan(_dp(2)), overrides={"num_replicas": 8})
     assert more.num_devices == 8 and base.num_devices == 2
-    assert more.description == "data_parallel ×8 ring"
+    assert more.description == "data_parallel ×8 auto"
     tree = evaluate_plan(
         ctx, plan(_dp(2)), overrides={"algorithm": "tree:4", "bucket_size": "1MiB", "overlap": False}
     )

@@ -47,9 +47,9 @@ def test_every_collective_is_timed_with_its_busbw(collective: str) -> None:
 
 
 def test_default_algorithm_per_collective_and_the_table_title() -> None:
-    assert [default_algorithm(c) for c in COLLECTIVES] == ["auto", "ring", "ring", "tree", "tree"]
+    assert [default_algorithm(c) for c in COLLECTIVES] == ["auto"] * 5  # NCCL's pick, for all of them
     doc = _json("--collective", "broadcast", "--size", "1MiB")
-    assert [r["algorithm"] for r in doc["results"]] == ["tree"]
+    assert [r["algorithm"] for r in doc["results"]] == ["auto"]
     table = runner.invoke(app, ["collective", "--cluster", SWITCH, "--collective", "reduce", "-s", "1KiB"])
     assert table.exit_code == 0 and "reduce on " in table.stdout
 
@@ -62,7 +62,25 @@ def test_the_bus_factors_follow_nccl_tests() -> None:
 def test_unknown_collectives_and_algorithms_are_clear_errors() -> None:
     with pytest.raises(CollectiveError, match="valid: all_reduce, reduce_scatter"):
         run_collective(SWITCH, collective="all_to_all", size_bytes=1024)
-    with pytest.raises(CollectiveError, match=r"unknown broadcast algorithm 'ring'; valid: tree, all"):
-        run_collective(SWITCH, collective="broadcast", algorithm="ring", size_bytes=1024)
+    unknown = r"unknown broadcast algorithm 'hd'; valid: tree, ring, auto, all"
+    with pytest.raises(CollectiveError, match=unknown):
+        run_collective(SWITCH, collective="broadcast", algorithm="hd", size_bytes=1024)
     result = runner.invoke(app, ["collective", "--cluster", SWITCH, "--collective", "gather", "-s", "1KiB"])
     assert result.exit_code == 2 and "unknown collective 'gather'" in result.output
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce"])
+def test_auto_is_the_default_of_every_collective_and_says_what_ran(collective: str) -> None:
+    """On a cluster with a GPU architecture ``auto`` picks per size as NCCL's tuner does (LL for a
+    few bytes, Simple on every channel for large ones; chains show their segments)."""
+    h100 = "validation/clusters/azure-ndv5-h100.yaml"
+    sweep = ["-b", "8", "-e", "128MiB", "-f", "2048", "--json", "-"]
+    result = runner.invoke(app, ["collective", "--cluster", h100, "--collective", collective, *sweep])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["results"]
+    assert [r["algorithm"] for r in rows] == ["auto"] * 3
+    assert rows[0]["chosen"].startswith("auto=ring/ll/1ch")
+    assert rows[-1]["chosen"].startswith("auto=ring/simple/")
+    if collective in ("broadcast", "reduce"):
+        assert rows[-1]["chosen"].endswith("seg") and int(rows[-1]["chosen"].split("/")[-1][:-3]) > 1
+    assert rows[-1]["busbw_GBps"] > 100  # NVSwitch-class bandwidth on one H100 node

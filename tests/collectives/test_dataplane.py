@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from parplan.collectives.dataplane import DEP_DATA, DEP_KINDS, DEP_SPURIOUS, run_schedule
 from parplan.collectives.registry import ALGORITHMS, build_schedule
-from parplan.collectives.ring import ring_all_gather
+from parplan.collectives.ring_halves import ring_all_gather
 from parplan.collectives.schedule import Schedule
 from parplan.errors import CollectiveError
 from tests.collectives.cases import Step, dep_lists, hand_schedule, with_deps

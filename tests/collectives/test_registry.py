@@ -15,7 +15,7 @@ ALGORITHM_NAMES = tuple(ALGORITHMS)
 
 def test_names_match_the_config() -> None:
     assert union_tags(AlgorithmSpec) == ("name", list(ALGORITHM_NAMES))
-    assert DEFAULT_ALGORITHM in ALGORITHMS and DEFAULT_ALGORITHM == "ring"
+    assert DEFAULT_ALGORITHM in ALGORITHMS and DEFAULT_ALGORITHM == "auto"
 
 
 @pytest.mark.parametrize("name", ALGORITHM_NAMES)

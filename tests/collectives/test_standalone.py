@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from parplan.collectives.registry import build_schedule
-from parplan.collectives.ring import ring_all_gather, ring_reduce_scatter
+from parplan.collectives.ring_halves import ring_all_gather, ring_reduce_scatter
 from parplan.collectives.schedule import chunk_bounds
 from parplan.collectives.tree import tree_all_reduce
 from parplan.collectives.tree_broadcast import tree_broadcast

@@ -92,7 +92,7 @@ def test_buckets_follow_reverse_layer_order_and_size() -> None:
     assert len(gradient_buckets(ctx, ctx.model.order, 1e12)) == 1
     work = expand(ctx, strategy(dp(2, bucket_size=3e6)))
     assert [c.size_bytes for c in work.collectives] == [4e6, 4e6, 2e6]
-    assert all(c.num_ranks == 2 and c.algorithm == "ring" for c in work.collectives)
+    assert all(c.num_ranks == 2 and c.algorithm == "auto" for c in work.collectives)
 
 
 def test_bucket_all_reduce_waits_for_its_gradients_only_with_overlap() -> None:
@@ -242,3 +242,14 @@ def test_deterministic_under_a_seed() -> None:
 
     assert run(7) == run(7)
     assert run(7)["step_time_s"] != run(8)["step_time_s"]
+
+
+def test_aggregation_defaults_to_auto_which_times_as_the_ring_without_a_gpu() -> None:
+    """``auto`` is the default aggregation; on a cluster that names no GPU architecture it is the
+    ring with NCCL's Simple protocol, so only the label differs from ``ring``."""
+    ctx = context(dgx_cluster(), chain_model(layers=4), batch=64)
+    default = evaluate_plan(ctx, plan(dp(16)))
+    ring = evaluate_plan(ctx, plan(dp(16, algorithm="ring")))
+    assert default.collectives[0].algorithm == "auto" and ring.collectives[0].algorithm == "ring"
+    assert default.step_time_s == ring.step_time_s
+    assert default.exposed_comm_s == ring.exposed_comm_s
