@@ -145,27 +145,23 @@ def fit_algorithm(
     if p < 2:
         return AlgorithmFit(label, params, True, base_assumes, "", 0)
     found = get(spec.name, collective)
-    schedule = found.build(spec, p, max(count, p), groups)
-    src = schedule.src.astype(np.int64)
-    dst = schedule.dst.astype(np.int64)
-    size_bytes = schedule.length.astype(np.float64) * element_bytes
-    pair_id = src * p + dst
-    pairs, inverse = np.unique(pair_id, return_inverse=True)
-    pair_bytes = np.bincount(inverse, weights=size_bytes, minlength=len(pairs))
+    traffic = found.pair_traffic(spec, p, max(count, p), groups)
+    src, dst = traffic.src, traffic.dst
+    pair_bytes = traffic.elements.astype(np.float64) * element_bytes
     load = np.zeros(len(network.channel_bandwidth_Bps))
     latencies: list[float] = []
     widths: list[float] = []
     ports: dict[tuple[str, int], set[int]] = {}  # the links each rank's messages leave / arrive on
-    for k, pid in enumerate(pairs.tolist()):
-        channels, latency = network.route(devices[pid // p], devices[pid % p])
+    for k, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
+        channels, latency = network.route(devices[s], devices[d])
         np.add.at(load, channels, pair_bytes[k])
         latencies.append(latency)
         widths.append(float(network.channel_bandwidth_Bps[channels].min()) if len(channels) else np.inf)
         if len(channels):
-            ports.setdefault(("out", pid // p), set()).add(int(channels[0]))
-            ports.setdefault(("in", pid % p), set()).add(int(channels[-1]))
-    sent = np.bincount(src, weights=size_bytes, minlength=p)
-    received = np.bincount(dst, weights=size_bytes, minlength=p)
+            ports.setdefault(("out", s), set()).add(int(channels[0]))
+            ports.setdefault(("in", d), set()).add(int(channels[-1]))
+    sent = np.bincount(src, weights=pair_bytes, minlength=p)
+    received = np.bincount(dst, weights=pair_bytes, minlength=p)
     # The bytes the uniform model puts on its busiest link: a rank's port, or a pair's own link.
     port_bytes = float(max(sent.max(), received.max()) if params.shared_port else pair_bytes.max())
     busy_s = load / network.channel_bandwidth_Bps
@@ -201,14 +197,13 @@ def fit_algorithm(
     balanced = bool(np.ptp(sent) <= _EXACT * sent.max() and np.ptp(received) <= _EXACT * received.max())
     if uniform:  # the closed form is exact with the figures of the paths the algorithm uses
         exact = replace(params, alpha_s=max(latencies), beta_s_per_byte=1.0 / max(widths))
-        return AlgorithmFit(label, exact, True, base_assumes, "", schedule.num_steps)
+        return AlgorithmFit(label, exact, True, base_assumes, "", traffic.steps)
     if not balanced or _reads_intra(spec, p, params, groups, collective) or port_bytes <= 0:
-        return AlgorithmFit(label, params, uniform, base_assumes, reason, schedule.num_steps)
+        return AlgorithmFit(label, params, uniform, base_assumes, reason, traffic.steps)
     # Balanced traffic: the busiest link sets the bandwidth term; alpha from the paths it uses. With
     # C independent channels a step waits for its own channel's reduction only: gamma / C.
     beta = load_s / port_bytes
-    meta_channels = schedule.meta.get("channels", 1)
-    channel_count = meta_channels if isinstance(meta_channels, int) and meta_channels > 0 else 1
+    channel_count = traffic.channels
     fitted = replace(
         params,
         alpha_s=max(latencies),
@@ -220,4 +215,4 @@ def fit_algorithm(
         f"(beta = 1/({_gbps(1.0 / beta)}) per byte through a rank, alpha {human_seconds(max(latencies))}"
         + (f", reductions overlapped over {channel_count} channels)" if channel_count > 1 else ")")
     )
-    return AlgorithmFit(label, fitted, False, assumes, reason, schedule.num_steps)
+    return AlgorithmFit(label, fitted, False, assumes, reason, traffic.steps)
