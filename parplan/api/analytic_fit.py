@@ -10,9 +10,9 @@ one eighth of its bytes through each of eight NICs, so the bottleneck path's 25 
 
 :func:`fit_algorithm` routes the algorithm's own traffic on the network (each distinct rank pair
 once, from :meth:`~parplan.collectives.algorithm.Algorithm.pair_traffic`, which the ring answers
-without building its p^2 steps), adds up the bytes each link carries and finds the busiest link. Where the algorithm's
-traffic is balanced (every rank sends and receives as much as every other, as in the ring and
-halving-doubling) the bandwidth term is set by that link, so beta becomes
+without building its p^2 steps), adds up the bytes each link carries and finds the busiest link.
+Where the algorithm's traffic is balanced (every rank sends and receives as much as every other,
+as in the ring and halving-doubling) the bandwidth term is set by that link, so beta becomes
 ``busiest link time / bytes through a rank``: the closed form's inputs made right; where it is
 not balanced (trees), beta is at least what makes the closed form's bandwidth term cover the
 busiest link's busy time. Alpha is the schedule's latency critical path (the engine at zero
