@@ -1,54 +1,72 @@
-"""How fast the engine simulates a 1 GiB ring all-reduce in full, and how fast the closed forms are.
+"""How fast, and in how much memory, the engine simulates a 1 GiB ring all-reduce in full; how fast
+the closed forms are.
 
-    python benchmarks/engine_scale.py                 # every case: p = 64, 256, 1024, 4096
-    python benchmarks/engine_scale.py --ranks 64 256  # some of them
-    python benchmarks/engine_scale.py --case fat_tree 1024   # one case, JSON line (used internally)
+    python benchmarks/engine_scale.py                          # p = 256, 1024 on switch and ring
+    python benchmarks/engine_scale.py --ranks 1024 4096 --topologies switch ring leaf_spine fat_tree
+    python benchmarks/engine_scale.py --transports ideal       # one transport only
+    python benchmarks/engine_scale.py --against ../parplan-main --repeat 3   # before/after, one session
+    python benchmarks/engine_scale.py --case switch 1024 ideal             # one case, JSON (internal)
 
-Each case runs in its own subprocess so that the peak memory (``ru_maxrss``) is that case's
-alone. Topologies: ``switch`` (p hosts on one switch, from the cluster generator), ``leaf_spine``
-(a two-level fat tree: leaves of 32 hosts, every leaf linked to each of 16 spines, built here as a
-graph) and ``fat_tree`` (the generator's three-level k-ary fat tree, the smallest even k with
-k^3/4 >= p). Every transfer of the ring is simulated with link sharing on: 2(p-1) rounds of p
-flows, 33.5 million transfers at p = 4096. Printed per case: wall time of each phase (network,
-schedule, task graph, simulation), the total, the peak resident memory, the simulated time and,
-on the switch, the closed form's. Targets on the 2-core development machine: p = 1024 under 2 s,
-p = 4096 under 30 s, and the closed forms over 100,000 evaluations per second.
+Issue 15's setting: one 1 GiB ring all-reduce (float32), 50 GB/s and 500 ns per link, every
+transfer simulated with link sharing on, under the ``ideal`` transport (pure alpha-beta) and again
+under ``nccl`` (the default transport of a GPU cluster since issue 13: per-message overheads, the
+Simple protocol's per-step latency, its per-call base latency). Topologies: ``switch`` (p hosts on
+one switch) and ``ring`` (p hosts on a ring) from the cluster generators, ``leaf_spine`` (leaves
+of 32 hosts, each linked to 16 spines, built here as a graph) and ``fat_tree`` (the generator's
+three-level k-ary fat tree, the smallest even k with k^3/4 >= p).
+
+Each case runs in its own subprocess: its ``end to end`` time is that process's wall time from
+start to exit (interpreter start-up and imports included) and its peak is the process's own
+``ru_maxrss``. Cases run alternately with the reference so a loaded machine slows both alike; with
+``--repeat N`` each figure is the median of N runs. The ratio columns divide each case's end to end
+time and peak by its reference's: the same case run from another checkout (``--against DIR``: its
+``parplan`` package is imported instead of this one's, e.g. main for a before/after), or else the
+session's reference case (``switch`` at p = 256 under ``ideal``), which makes figures from different
+machines or loads comparable. Issue 15's targets on the 2-core development machine: p = 1024 on the
+switch and the ring <= 0.4 s end to end and <= 64 MiB; p = 4096 <= 3 s and <= 512 MiB; p = 16384
+runs at all in <= 60 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 SIZE_BYTES = 2**30
 ELEMENT_BYTES = 4
-LINK = {"bandwidth": "25 GB/s", "latency": "1 us"}
+LINK = {"bandwidth": "50 GB/s", "latency": "500 ns"}
 DEVICE = {"peak_flops": "312 TFLOP/s", "memory": "80 GiB", "memory_bandwidth": "2 TB/s"}
+REFERENCE = ("switch", 256, "ideal")
+"""The session's reference case when no other checkout is given."""
 
 
-def _cluster(topology: str, p: int) -> Any:
+def _cluster(topology: str, p: int, transport: str) -> Any:
     from parplan.config.cluster import ClusterSpec
 
-    if topology == "switch":
-        generator: dict[str, Any] = {"kind": "switch", "hosts": p, "device": DEVICE, "link": LINK}
-    else:
+    generator: dict[str, Any] = {"kind": topology, "hosts": p, "device": DEVICE, "link": LINK}
+    if topology == "fat_tree":
         k = 2
         while k**3 // 4 < p:
             k += 2
-        generator = {"kind": "fat_tree", "k": k, "hosts": p, "device": DEVICE, "link": LINK}
-    return ClusterSpec.model_validate({"name": f"{topology}-{p}", "generator": generator})
+        generator["k"] = k
+    return ClusterSpec.model_validate(
+        {"name": f"{topology}-{p}", "generator": generator, "transport": {"kind": transport}}
+    )
 
 
-def _leaf_spine(p: int, hosts_per_leaf: int = 32, spines: int = 16) -> Any:
-    """A two-level fat tree as a Network: 25 GB/s, 1 us links; leaves and spines are switches."""
+def _leaf_spine(p: int, transport: str, hosts_per_leaf: int = 32, spines: int = 16) -> Any:
+    """A two-level fat tree as a Network: 50 GB/s, 500 ns links; leaves and spines are switches."""
     import networkx as nx
 
+    from parplan.config.cluster import TransportSpec
     from parplan.topology.network import Network
 
     g = nx.DiGraph()
@@ -69,46 +87,80 @@ def _leaf_spine(p: int, hosts_per_leaf: int = 32, spines: int = 16) -> Any:
     channel = 0
     for a, b in links:
         for u, v in ((a, b), (b, a)):
-            g.add_edge(u, v, bandwidth_Bps=25e9, latency_s=1e-6, channel=channel)
+            g.add_edge(u, v, bandwidth_Bps=50e9, latency_s=500e-9, channel=channel)
             channel += 1
-    return Network(g, name=f"leaf_spine-{p}")
+    costs = TransportSpec.model_validate({"kind": transport}).resolved()
+    return Network(g, name=f"leaf_spine-{p}", transport=costs)
 
 
-def run_case(topology: str, p: int) -> dict[str, Any]:
+def run_case(topology: str, p: int, transport: str) -> dict[str, Any]:
     """Build and simulate one case in this process; returns its figures."""
     from parplan.collectives.registry import build_schedule
-    from parplan.engine.analytic import allreduce_time
     from parplan.engine.simulate import simulate
-    from parplan.plan.collective import collective_taskgraph
+    from parplan.plan.collective import call_overhead_s, collective_taskgraph
     from parplan.topology.build import build_network
 
     t0 = time.perf_counter()
-    network = _leaf_spine(p) if topology == "leaf_spine" else build_network(_cluster(topology, p))
+    if topology == "leaf_spine":
+        network = _leaf_spine(p, transport)
+    else:
+        network = build_network(_cluster(topology, p, transport))
     devices = network.devices[:p]
     t1 = time.perf_counter()
     schedule = build_schedule("ring", p, SIZE_BYTES // ELEMENT_BYTES)
     t2 = time.perf_counter()
-    graph = collective_taskgraph(schedule, devices, ELEMENT_BYTES)
+    call_s = call_overhead_s(network.transport, "ring", None)
+    graph = collective_taskgraph(schedule, devices, ELEMENT_BYTES, call_overhead_s=call_s)
     t3 = time.perf_counter()
     result = simulate(graph, network)
     t4 = time.perf_counter()
-    closed = allreduce_time(
-        "ring", p, SIZE_BYTES, alpha_s=2e-6, beta_s_per_byte=1 / 25e9, gamma_s_per_byte=3 / 2e12
-    )
     return {
-        "topology": topology,
-        "ranks": p,
         "transfers": int(schedule.num_steps),
         "network_s": t1 - t0,
         "schedule_s": t2 - t1,
         "taskgraph_s": t3 - t2,
         "simulate_s": t4 - t3,
-        "total_s": t4 - t0,
         "events": result.num_events,
-        "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "makespan_s": result.makespan_s,
-        "closed_form_switch_s": closed,
     }
+
+
+def _run(case: tuple[str, int, str], src: Path | None) -> dict[str, Any] | str:
+    """One case in a fresh interpreter (importing parplan from ``src`` when given); its figures
+    with the process's end-to-end wall time, or the last line of its error."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src) + os.pathsep + env.get("PYTHONPATH", "")
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--case", case[0], str(case[1]), case[2]],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=src or Path(__file__).resolve().parent.parent,
+    )
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        return (proc.stderr.strip().splitlines() or ["failed"])[-1]
+    figures: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    figures["end_to_end_s"] = wall
+    return figures
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def _measure(case: tuple[str, int, str], src: Path | None, repeat: int) -> dict[str, Any] | str:
+    runs = []
+    for _ in range(repeat):
+        r = _run(case, src)
+        if isinstance(r, str):
+            return r
+        runs.append(r)
+    return _median(runs)
 
 
 def analytic_rate(seconds: float = 0.5) -> dict[str, float]:
@@ -139,44 +191,65 @@ def analytic_rate(seconds: float = 0.5) -> dict[str, float]:
     return out
 
 
+def _row(case: tuple[str, int, str], r: dict[str, Any], ref: dict[str, Any] | str | None) -> str:
+    topology, p, transport = case
+    ratio = "      -       -"
+    if isinstance(ref, dict):
+        ratio = f"{r['end_to_end_s'] / ref['end_to_end_s']:>7.2f} {r['peak_MiB'] / ref['peak_MiB']:>7.2f}"
+    return (
+        f"{topology:10} {p:>5} {transport:9} {r['transfers']:>10} {r['network_s']:>7.2f} "
+        f"{r['schedule_s']:>8.2f} {r['taskgraph_s']:>6.2f} {r['simulate_s']:>8.2f} "
+        f"{r['end_to_end_s']:>10.2f} {r['peak_MiB']:>9.0f} {ratio} {r['makespan_s'] * 1e3:>9.3f}ms"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--ranks", type=int, nargs="*", default=[64, 256, 1024, 4096])
-    parser.add_argument("--topologies", nargs="*", default=["switch", "leaf_spine", "fat_tree"])
-    parser.add_argument("--case", nargs=2, metavar=("TOPOLOGY", "P"), help=argparse.SUPPRESS)
+    parser.add_argument("--ranks", type=int, nargs="*", default=[256, 1024])
+    parser.add_argument("--topologies", nargs="*", default=["switch", "ring"])
+    parser.add_argument("--transports", nargs="*", default=["ideal", "nccl"])
+    parser.add_argument(
+        "--against", type=Path, help="another checkout to run each case from, as the reference"
+    )
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; figures are medians")
+    parser.add_argument("--no-closed-forms", action="store_true", help="skip the closed-form rates")
+    parser.add_argument("--case", nargs=3, metavar=("TOPOLOGY", "P", "TRANSPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case[0], int(args.case[1]))))
+        print(json.dumps(run_case(args.case[0], int(args.case[1]), args.case[2])))
         return
-    header = (
-        f"{'topology':9} {'p':>5} {'transfers':>10} {'network':>8} {'schedule':>8} {'graph':>6} "
-        f"{'simulate':>8} {'total':>7} {'events':>7} {'peak MiB':>9} {'sim time':>10} {'closed form':>11}"
+    against = args.against.resolve() if args.against else None
+    session_ref = None if against else _measure(REFERENCE, None, args.repeat)
+    what = f"the same case from {against}" if against else "the reference case {} p={} {}".format(*REFERENCE)
+    print(
+        "1 GiB ring all-reduce, every transfer simulated, link sharing on (wall seconds; end to end ="
+        f" the whole process; x ref: end to end and peak over {what}; medians of {args.repeat})"
     )
-    print(f"1 GiB ring all-reduce, every transfer simulated, link sharing on (wall seconds)\n{header}")
+    print(
+        f"{'topology':10} {'p':>5} {'transport':9} {'transfers':>10} {'network':>7} {'schedule':>8} "
+        f"{'graph':>6} {'simulate':>8} {'end to end':>10} {'peak MiB':>9} {'x ref t':>7} {'x ref m':>7} "
+        f"{'sim time':>11}"
+    )
+    if isinstance(session_ref, dict):
+        print(_row(REFERENCE, session_ref, session_ref))
     for topology in args.topologies:
         for p in args.ranks:
-            proc = subprocess.run(
-                [sys.executable, __file__, "--case", topology, str(p)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                print(f"{topology:9} {p:>5} failed: {proc.stderr.strip().splitlines()[-1:]}")
-                continue
-            r = json.loads(proc.stdout.strip().splitlines()[-1])
-            closed = r["closed_form_switch_s"] if topology == "switch" else math.nan
-            print(
-                f"{topology:9} {p:>5} {r['transfers']:>10} {r['network_s']:>8.2f} {r['schedule_s']:>8.2f} "
-                f"{r['taskgraph_s']:>6.2f} {r['simulate_s']:>8.2f} {r['total_s']:>7.2f} {r['events']:>7} "
-                f"{r['peak_rss_MiB']:>9.0f} {r['makespan_s'] * 1e3:>8.3f}ms "
-                + (f"{closed * 1e3:>9.3f}ms" if math.isfinite(closed) else f"{'-':>11}")
-            )
-    print("\nclosed forms, evaluations per second:")
-    for name, rate in analytic_rate().items():
-        print(f"  {name:28} {rate:>12,.0f}")
+            for transport in args.transports:
+                case = (topology, p, transport)
+                ref = _measure(case, against, args.repeat) if against else session_ref
+                r = _measure(case, None, args.repeat)
+                if isinstance(r, str):
+                    print(f"{topology:10} {p:>5} {transport:9} failed: {r}")
+                    continue
+                print(_row(case, r, ref))
+                if isinstance(ref, str):
+                    print(f"{'':10} reference failed: {ref}")
+    if not args.no_closed_forms:
+        print("\nclosed forms, evaluations per second:")
+        for name, rate in analytic_rate().items():
+            print(f"  {name:28} {rate:>12,.0f}")
 
 
 if __name__ == "__main__":

@@ -8,11 +8,17 @@ carries more than a port; on a hierarchical cluster neither holds: a ring on eig
 one eighth of its bytes through each of eight NICs, so the bottleneck path's 25 GB/s NIC stands for
 200 GB/s of real capacity, and the ring was priced 8x too slow.
 
-:func:`fit_algorithm` routes the algorithm's own schedule on the network (each distinct rank pair
-once), adds up the bytes each link carries and finds the busiest link. Where the algorithm's
-traffic is balanced (every rank sends and receives as much as every other, as in the ring and
-halving-doubling) the bandwidth term is set by that link, so beta becomes
-``busiest link time / bytes through a rank``: the closed form's inputs made right. Either way
+:func:`fit_algorithm` routes the algorithm's own traffic on the network (each distinct rank pair
+once, from :meth:`~parplan.collectives.algorithm.Algorithm.pair_traffic`, which the ring answers
+without building its p^2 steps), adds up the bytes each link carries and finds the busiest link.
+Where the algorithm's traffic is balanced (every rank sends and receives as much as every other,
+as in the ring and halving-doubling) the bandwidth term is set by that link, so beta becomes
+``busiest link time / bytes through a rank``: the closed form's inputs made right; where it is
+not balanced (trees), beta is at least what makes the closed form's bandwidth term cover the
+busiest link's busy time. Alpha is the schedule's latency critical path (the engine at zero
+bytes, :func:`latency_critical_path_s`) spread over the closed form's latency rounds, so on a
+ring or torus topology a tree step is charged its own path's hops, not the longest path's (the
+old bottleneck alpha charged every step rank 0's p/2-hop path). Either way
 the fit says whether the network is uniform for the algorithm (one path latency, one path width,
 no link above a port's load); where it is not, :func:`~parplan.api.collective.collective_sweep` runs the event
 engine at the sweep's smallest and largest sizes, so the report can say by how much the closed form
@@ -26,15 +32,19 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
-from parplan.collectives.algorithm import AlgorithmSpecBase, Groups, UniformCost
+from parplan.collectives.algorithm import AlgorithmSpecBase, Groups, UniformCost, schedule_pair_traffic
 from parplan.collectives.registry import get
+from parplan.collectives.schedule import IntArray, Schedule
 from parplan.config.units import human_bandwidth, human_bytes, human_seconds
 from parplan.plan.collective import endpoint_devices
 from parplan.topology.network import Network
 
 if TYPE_CHECKING:
     from parplan.api.collective import UniformParameters
+
+FloatArray = npt.NDArray[np.float64]
 
 TOLERANCE = 0.05
 """Largest relative difference between the closed form and the engine that is not reported."""
@@ -99,6 +109,38 @@ class AnalyticCheck:
         )
 
 
+def latency_critical_path_s(schedule: Schedule, pair_keys: IntArray, pair_latency_s: FloatArray) -> float:
+    """The longest chain of path latencies through ``schedule``'s dependencies: what the engine
+    takes for it when bytes cost nothing (``pair_keys`` sorted ``src * p + dst``, with each pair's
+    latency). Steps are processed in blocks that depend only on earlier blocks (a ring's rounds, a
+    tree's levels), so a 200,000-step schedule costs a few hundred numpy calls, not a Python loop.
+    """
+    n = schedule.num_steps
+    if n == 0:
+        return 0.0
+    p = schedule.num_ranks
+    keys = schedule.src.astype(np.int64) * p + schedule.dst.astype(np.int64)
+    latency = pair_latency_s[np.searchsorted(pair_keys, keys)]
+    offsets, deps = schedule.dep_offsets, schedule.dep_indices
+    has = np.diff(offsets) > 0
+    last = np.full(n, -1, dtype=np.int64)
+    if len(deps):
+        last[has] = np.maximum.reduceat(deps, offsets[:-1][has])
+    reach = np.maximum.accumulate(last)  # the latest step any step up to here waits for
+    finish = np.zeros(n)
+    start = 0
+    while start < n:
+        end = int(np.searchsorted(reach, start, side="left"))  # first step waiting on this block
+        ready = np.zeros(end - start)
+        lo, hi = int(offsets[start]), int(offsets[end])
+        if hi > lo:
+            inner = has[start:end]
+            ready[inner] = np.maximum.reduceat(finish[deps[lo:hi]], offsets[start:end][inner] - lo)
+        finish[start:end] = ready + latency[start:end]
+        start = end
+    return float(finish.max())
+
+
 def _gbps(bandwidth_Bps: float) -> str:
     return human_bandwidth(bandwidth_Bps)
 
@@ -146,31 +188,32 @@ def fit_algorithm(
     if p < 2:
         return AlgorithmFit(label, params, True, base_assumes, "", 0)
     found = get(spec.name, collective)
-    schedule = found.build(spec, p, max(count, p), groups)
-    ends = endpoint_devices(schedule, devices, network)  # the ranks' devices, then switch ranks'
+    if found.switch_capabilities:  # switch ranks: their devices come from the built schedule
+        schedule = found.build(spec, p, max(count, p), groups)
+        ends = endpoint_devices(schedule, devices, network)  # the ranks' devices, then switch ranks'
+        traffic = schedule_pair_traffic(schedule)
+    else:
+        ends = list(devices)
+        traffic = found.pair_traffic(spec, p, max(count, p), groups)
     e = len(ends)
-    src = schedule.src.astype(np.int64)
-    dst = schedule.dst.astype(np.int64)
-    size_bytes = schedule.length.astype(np.float64) * element_bytes
-    pair_id = src * e + dst
-    pairs, inverse = np.unique(pair_id, return_inverse=True)
-    pair_bytes = np.bincount(inverse, weights=size_bytes, minlength=len(pairs))
+    src, dst = traffic.src, traffic.dst
+    pair_bytes = traffic.elements.astype(np.float64) * element_bytes
     load = np.zeros(len(network.channel_bandwidth_Bps))
     latencies: list[float] = []
     widths: list[float] = []
     ports: dict[tuple[str, int], set[int]] = {}  # the links each rank's messages leave / arrive on
-    for k, pid in enumerate(pairs.tolist()):
-        channels, latency = network.route(ends[pid // e], ends[pid % e])
+    for k, (s, d) in enumerate(zip(src.tolist(), dst.tolist(), strict=True)):
+        channels, latency = network.route(ends[s], ends[d])
         np.add.at(load, channels, pair_bytes[k])
         latencies.append(latency)
         widths.append(float(network.channel_bandwidth_Bps[channels].min()) if len(channels) else np.inf)
         if len(channels):
-            if pid // e < p:  # a switch rank is no port of the model's
-                ports.setdefault(("out", pid // e), set()).add(int(channels[0]))
-            if pid % e < p:
-                ports.setdefault(("in", pid % e), set()).add(int(channels[-1]))
-    sent = np.bincount(src, weights=size_bytes, minlength=e)[:p]
-    received = np.bincount(dst, weights=size_bytes, minlength=e)[:p]
+            if s < p:  # a switch rank is no port of the model's
+                ports.setdefault(("out", s), set()).add(int(channels[0]))
+            if d < p:
+                ports.setdefault(("in", d), set()).add(int(channels[-1]))
+    sent = np.bincount(src, weights=pair_bytes, minlength=e)[:p]
+    received = np.bincount(dst, weights=pair_bytes, minlength=e)[:p]
     # The bytes the uniform model puts on its busiest link: a rank's port, or a pair's own link.
     port_bytes = float(max(sent.max(), received.max()) if params.shared_port else pair_bytes.max())
     busy_s = load / network.channel_bandwidth_Bps
@@ -206,23 +249,43 @@ def fit_algorithm(
     balanced = bool(np.ptp(sent) <= _EXACT * sent.max() and np.ptp(received) <= _EXACT * received.max())
     if uniform:  # the closed form is exact with the figures of the paths the algorithm uses
         exact = replace(params, alpha_s=max(latencies), beta_s_per_byte=1.0 / max(widths))
-        return AlgorithmFit(label, exact, True, base_assumes, "", schedule.num_steps)
-    if not balanced or _reads_intra(spec, p, params, groups, collective) or port_bytes <= 0:
-        return AlgorithmFit(label, params, uniform, base_assumes, reason, schedule.num_steps)
-    # Balanced traffic: the busiest link sets the bandwidth term; alpha from the paths it uses. With
+        return AlgorithmFit(label, exact, True, base_assumes, "", traffic.steps)
+    if _reads_intra(spec, p, params, groups, collective) or port_bytes <= 0:
+        return AlgorithmFit(label, params, uniform, base_assumes, reason, traffic.steps)
+    # The busiest link sets the bandwidth term (beta = its time per byte through a rank); alpha is
+    # the latency critical path of the schedule spread over the closed form's latency rounds. With
     # C independent channels a step waits for its own channel's reduction only: gamma / C.
-    beta = load_s / port_bytes
-    meta_channels = schedule.meta.get("channels", 1)
-    channel_count = meta_channels if isinstance(meta_channels, int) and meta_channels > 0 else 1
+    size = max(count, p) * element_bytes
+    if balanced:
+        beta = load_s / port_bytes
+    else:  # its bandwidth term at least the busiest link's busy time, else the bottleneck path's
+        beta = max(
+            params.beta_s_per_byte, load_s / found.time_s(spec, p, size, UniformCost(0.0, 1.0, 0.0), groups)
+        )
+    channel_count = traffic.channels
+    alpha, alpha_how = max(latencies), human_seconds(max(latencies))
+    rounds = found.time_s(spec, p, size, UniformCost(1.0, 0.0, 0.0), groups)
+    if traffic.steps <= CHECK_STEP_BUDGET and rounds > 0:
+        pair_keys = src * p + dst
+        critical_s = latency_critical_path_s(
+            found.build(spec, p, max(count, p), groups), pair_keys, np.asarray(latencies)
+        )
+        if abs(critical_s / rounds - alpha) > _EXACT * alpha:  # not every round at the longest path
+            alpha = critical_s / rounds
+            alpha_how = (
+                f"{human_seconds(critical_s)} of path latencies on its critical path over {rounds:g} rounds"
+            )
+    if not balanced and (alpha, beta) == (params.alpha_s, params.beta_s_per_byte):
+        return AlgorithmFit(label, params, False, base_assumes, reason, traffic.steps)
     fitted = replace(
         params,
-        alpha_s=max(latencies),
+        alpha_s=alpha,
         beta_s_per_byte=beta,
         gamma_s_per_byte=params.gamma_s_per_byte / channel_count,
     )
     assumes = (
         f"its bytes move at the pace of its busiest link {network.channel_names[busiest]} "
-        f"(beta = 1/({_gbps(1.0 / beta)}) per byte through a rank, alpha {human_seconds(max(latencies))}"
+        f"(beta = 1/({_gbps(1.0 / beta)}) per byte through a rank, alpha {alpha_how}"
         + (f", reductions overlapped over {channel_count} channels)" if channel_count > 1 else ")")
     )
-    return AlgorithmFit(label, fitted, False, assumes, reason, schedule.num_steps)
+    return AlgorithmFit(label, fitted, False, assumes, reason, traffic.steps)

@@ -7,7 +7,8 @@ simulated in full (the algorithm's schedule lowered onto the placement and run b
 link sharing on) or evaluated with the closed forms of :mod:`parplan.engine.analytic`. For the
 closed forms a real cluster is reduced to a uniform group by its *bottleneck path*: alpha is the
 largest path latency and beta the inverse of the smallest path bandwidth among the pairs of placed
-devices (all pairs up to 64 ranks, ring neighbours and rank 0's pairs beyond), intra- and
+devices (all pairs up to 64 ranks, ring neighbours and rank 0's pairs at power-of-two distances
+beyond), intra- and
 inter-group separately for algorithms that tell groups apart; a rank's concurrent messages share its
 port unless every pair of ranks has a link of its own. :class:`UniformParameters` records which path
 set the figures, so the report can say so. Asked for traces, the sweep returns what to trace (each
@@ -265,11 +266,16 @@ def expand_algorithms(algorithm: str, collective: str = "all_reduce") -> list[Al
 
 
 def _pairs(devices: Sequence[str]) -> list[tuple[str, str]]:
+    """Every ordered pair up to 64 ranks; beyond, ring neighbours and rank 0 with the ranks at
+    power-of-two distances either way (the partners of the trees and halving-doubling), so a
+    p-rank ring topology routes O(p + log p) paths instead of the 3p (rank 0's to everyone, up to
+    p/2 hops each) that made ``--analytic`` slower than the simulation at p = 4096."""
     p = len(devices)
     if p <= _ALL_PAIRS_UP_TO:
         return [(a, b) for a in devices for b in devices if a != b]
     pairs = {(devices[i], devices[(i + 1) % p]) for i in range(p)}
-    pairs |= {(devices[0], d) for d in devices[1:]} | {(d, devices[0]) for d in devices[1:]}
+    far = {d for k in range(p.bit_length()) for d in (1 << k, p - (1 << k), p // 2) if 0 < d < p}
+    pairs |= {(devices[0], devices[d]) for d in far} | {(devices[d], devices[0]) for d in far}
     return sorted(pairs)
 
 

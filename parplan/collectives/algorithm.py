@@ -37,6 +37,32 @@ Groups = Sequence[Sequence[int]]
 """Lists of ranks that partition ``0 .. p-1``, e.g. the ranks of each node."""
 
 
+@dataclass(frozen=True)
+class PairTraffic:
+    """The elements a schedule moves between each ordered pair of ranks that exchange any
+    (pairs sorted by ``src * p + dst``), how many steps it has and on how many channels: what
+    the analytic mode needs to route an algorithm's traffic without holding its schedule."""
+
+    src: IntArray
+    dst: IntArray
+    elements: IntArray
+    steps: int
+    channels: int = 1
+
+
+def schedule_pair_traffic(schedule: Schedule) -> PairTraffic:
+    """:class:`PairTraffic` aggregated from a built schedule (steps of no elements moved count
+    as steps, and their pairs as pairs, as the schedule has them; switch ranks keep their ids
+    ``num_ranks ..``)."""
+    p = schedule.num_endpoints
+    pair_id = schedule.src.astype(np.int64) * p + schedule.dst.astype(np.int64)
+    pairs, inverse = np.unique(pair_id, return_inverse=True)
+    elements = np.bincount(inverse, weights=schedule.length, minlength=len(pairs)).astype(np.int64)
+    meta_channels = schedule.meta.get("channels", 1)
+    channels = meta_channels if isinstance(meta_channels, int) and meta_channels > 0 else 1
+    return PairTraffic(pairs // p, pairs % p, elements, schedule.num_steps, channels)
+
+
 class AlgorithmSpecBase(Spec):
     """The base of every algorithm's spec: a frozen spec tagged by ``name`` (each algorithm's
     subclass narrows it to ``Literal["its name"]`` and adds its parameters with defaults)."""
@@ -186,6 +212,14 @@ class Algorithm(ABC, Generic[SpecT]):
         ``groups`` ("" when it is exact, the default). The analytic mode checks an estimate
         against the engine and says so where they differ."""
         return ""
+
+    def pair_traffic(
+        self, spec: SpecT, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> PairTraffic:
+        """The elements moved between each pair of ranks, as :func:`schedule_pair_traffic` of
+        :meth:`build`; algorithms whose schedules are large and regular (the ring: p^2 steps)
+        override it with the same figures computed without building the schedule."""
+        return schedule_pair_traffic(self.build(spec, num_ranks, num_elements, groups))
 
     @abstractmethod
     def traffic(

@@ -48,6 +48,7 @@ from parplan.collectives.algorithm import (
     Algorithm,
     AlgorithmSpecBase,
     Groups,
+    PairTraffic,
     Traffic,
     UniformCost,
     zero_traffic,
@@ -298,6 +299,41 @@ def ring_traffic(
     return sent, received
 
 
+def ring_pair_traffic(
+    num_ranks: int,
+    num_elements: int,
+    *,
+    channels: int | None = 1,
+    groups: Sequence[Sequence[int]] | None = None,
+) -> PairTraffic:
+    """What :func:`ring_all_reduce` moves between each pair of ranks, without building its p^2 steps.
+
+    On each ring the rank at position ``i`` sends its right neighbour every chunk but its own in
+    the reduce-scatter and every chunk but the neighbour's in the all-gather:
+    ``2 n_c - c_i - c_{i+1}`` elements in ``2(p-1)`` steps per non-empty chunk (empty ones are
+    dropped from the schedule, as pairs that would move nothing).
+    """
+    check_sizes(num_ranks, num_elements)
+    p = num_ranks
+    count = ring_channels(p, channels, groups)
+    parts = np.diff(chunk_bounds(num_elements, count))
+    keys: list[IntArray] = []
+    moved: list[IntArray] = []
+    steps = 0
+    for order, part in zip(ring_orders(p, count, groups), parts.tolist(), strict=True):
+        ring = np.asarray(order, dtype=np.int64)
+        chunks = np.diff(chunk_bounds(part, p))
+        keys.append(ring * p + np.roll(ring, -1))
+        moved.append(2 * part - chunks - np.roll(chunks, -1))
+        steps += 2 * (p - 1) * int(np.count_nonzero(chunks)) if p > 1 else 0
+    key = np.concatenate(keys)
+    elements = np.concatenate(moved)
+    keep = (elements > 0) & (key // p != key % p)
+    pairs, inverse = np.unique(key[keep], return_inverse=True)
+    total = np.bincount(inverse, weights=elements[keep], minlength=len(pairs)).astype(np.int64)
+    return PairTraffic(pairs // p, pairs % p, total, steps, count)
+
+
 def ring_time_s(num_ranks: int, size_bytes: float, alpha_s: float, beta_s: float, gamma_s: float) -> float:
     """The ring all-reduce's closed form: ``2(p-1)(alpha + n/p beta) + (p-1) n/p gamma``."""
     p = num_ranks
@@ -341,6 +377,11 @@ class RingAllReduce(Algorithm[RingAlgorithm]):
         self, spec: RingAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
     ) -> Schedule:
         return ring_all_reduce(num_ranks, num_elements, channels=spec.channels, groups=groups)
+
+    def pair_traffic(
+        self, spec: RingAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
+    ) -> PairTraffic:
+        return ring_pair_traffic(num_ranks, num_elements, channels=spec.channels, groups=groups)
 
     def closed_form_s(
         self, spec: RingAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None

@@ -164,16 +164,24 @@ class RouteTable:
         self._append(routes)
 
     def _append(self, routes: list[tuple[IntArray, float]]) -> None:
-        """Give ``routes`` (channels, latency) the next ids and rebuild the route arrays."""
+        """Give ``routes`` (channels, latency) the next ids and extend the route arrays."""
+        first = len(self._channel_list)
         for channels, latency in routes:
             self._channel_list.append(channels)
             self._latency_list.append(latency)
-        width = max(len(c) for c in self._channel_list)
-        mat = np.full((len(self._channel_list), width), self.num_channels, dtype=np.int64)
-        for i, c in enumerate(self._channel_list):
-            mat[i, : len(c)] = c
+        # Only the new rows are written row by row (rebuilding every row on each call made a run
+        # that meets its p routes a few at a time quadratic in Python); old ones are copied whole.
+        added = self._channel_list[first:]
+        old = self.channels
+        width = max(old.shape[1], *(len(c) for c in added))
+        if width > old.shape[1]:
+            old = np.pad(old, ((0, 0), (0, width - old.shape[1])), constant_values=self.num_channels)
+        rows = np.full((len(added), width), self.num_channels, dtype=np.int64)
+        for i, c in enumerate(added):
+            rows[i, : len(c)] = c
+        mat = np.concatenate([old, rows])
         self.channels = mat
         self.padded = bool(np.any(mat == self.num_channels))
         self.latency_s = np.array(self._latency_list, dtype=np.float64)
-        self.narrowest_Bps = self._bw_ext[mat].min(axis=1)
-        self.hardware = self._hw_ext[mat].max(axis=1)
+        self.narrowest_Bps = np.concatenate([self.narrowest_Bps, self._bw_ext[rows].min(axis=1)])
+        self.hardware = np.concatenate([self.hardware, self._hw_ext[rows].max(axis=1)])

@@ -1,0 +1,90 @@
+"""How long parplan takes to start: ``parplan collective --help`` and a one-size ``parplan
+collective`` on the 4-host sample switch, against a bare interpreter, as whole processes.
+
+    python benchmarks/startup.py             # 7 runs of each, medians
+    python benchmarks/startup.py --runs 15
+    python benchmarks/startup.py --imports   # also the heaviest imports of each (python -X importtime)
+
+Printed per command: the median wall time and the median CPU time (user + system, from the
+operating system's accounting of the finished child), each also less the bare interpreter's
+(``python -c pass``): what parplan adds. On a loaded machine quote the CPU figures: wall time
+there includes waiting for a core. Issue 15's target: start-up <= 0.15 s for both commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLUSTER = ROOT / "sample_configs" / "clusters" / "switch-4hosts.yaml"
+COMMANDS: dict[str, list[str]] = {
+    "python -c pass": ["-c", "pass"],
+    "import parplan.cli.app": ["-c", "import parplan.cli.app"],
+    "parplan collective --help": ["-m", "parplan", "collective", "--help"],
+    "parplan collective -s 1MiB (4 hosts)": ["-m", "parplan", "collective", "-c", str(CLUSTER), "-s", "1MiB"],
+}
+
+
+def _once(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one run of ``python ARGS``."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
+
+
+def _heaviest_imports(args: list[str], env: dict[str, str], shown: int = 8) -> list[str]:
+    """The top-level packages that took the most cumulative import time, with their times."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *args], capture_output=True, text=True, env=env, check=False
+    )
+    totals: dict[str, int] = {}
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        _, cumulative, name = line.split("|")
+        if name.strip() and not name.startswith("  ") and cumulative.strip().isdigit():
+            totals[name.strip()] = totals.get(name.strip(), 0) + int(cumulative)
+    top = sorted(totals.items(), key=lambda kv: -kv[1])[:shown]
+    return [f"{name} {us / 1e3:.0f} ms" for name, us in top]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--imports", action="store_true", help="show the heaviest imports of each")
+    args = parser.parse_args()
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
+    figures: dict[str, tuple[float, float]] = {}
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
+    _once(COMMANDS["python -c pass"], env)  # warm the file cache
+    for _ in range(args.runs):  # in turn, so a change of load hits every command alike
+        for name, cmd in COMMANDS.items():
+            runs[name].append(_once(cmd, env))
+    for name, samples in runs.items():
+        figures[name] = (statistics.median(w for w, _ in samples), statistics.median(c for _, c in samples))
+    base_wall, base_cpu = figures["python -c pass"]
+    print(f"start-up, medians of {args.runs} runs (seconds; 'added' = less a bare interpreter)")
+    print(f"{'command':40} {'wall':>7} {'cpu':>7} {'added wall':>11} {'added cpu':>10}")
+    for name, (wall, cpu) in figures.items():
+        print(f"{name:40} {wall:>7.3f} {cpu:>7.3f} {wall - base_wall:>11.3f} {cpu - base_cpu:>10.3f}")
+        if args.imports and name != "python -c pass":
+            print("    heaviest imports: " + ", ".join(_heaviest_imports(COMMANDS[name], env)))
+
+
+if __name__ == "__main__":
+    main()
