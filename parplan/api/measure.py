@@ -204,12 +204,11 @@ def measure_request(
 
 
 def predicted_algorithm(label: str, collective: str, backend: str) -> str:
-    """The parplan algorithm that predicts ``label`` (itself, or the backend's model)."""
+    """The parplan algorithm that predicts ``label`` (itself, or the backend's model: gloo runs
+    rings for every collective, NCCL chooses per size as ``auto`` models)."""
     if label != BACKEND:
         return label
-    if collective != "all_reduce":
-        return default_algorithm(collective)
-    return BACKEND_MODEL.get(backend, "ring")
+    return BACKEND_MODEL.get(backend, default_algorithm(collective))
 
 
 def predict(
