@@ -92,7 +92,7 @@ def test_buckets_follow_reverse_layer_order_and_size() -> None:
     assert len(gradient_buckets(ctx, ctx.model.order, 1e12)) == 1
     work = expand(ctx, strategy(dp(2, bucket_size=3e6)))
     assert [c.size_bytes for c in work.collectives] == [4e6, 4e6, 2e6]
-    assert all(c.num_ranks == 2 and c.algorithm == "auto" for c in work.collectives)
+    assert all(c.num_ranks == 2 and c.algorithm == "auto=ring/simple" for c in work.collectives)
 
 
 def test_bucket_all_reduce_waits_for_its_gradients_only_with_overlap() -> None:
@@ -250,6 +250,28 @@ def test_aggregation_defaults_to_auto_which_times_as_the_ring_without_a_gpu() ->
     ctx = context(dgx_cluster(), chain_model(layers=4), batch=64)
     default = evaluate_plan(ctx, plan(dp(16)))
     ring = evaluate_plan(ctx, plan(dp(16, algorithm="ring")))
-    assert default.collectives[0].algorithm == "auto" and ring.collectives[0].algorithm == "ring"
+    assert default.collectives[0].algorithm == "auto=ring/simple" and ring.collectives[0].algorithm == "ring"
     assert default.step_time_s == ring.step_time_s
     assert default.exposed_comm_s == ring.exposed_comm_s
+
+
+def test_auto_aggregation_runs_what_nccl_picks_per_bucket() -> None:
+    """``auto`` (the default) asks NCCL's tuner per bucket size on the system the replicas form,
+    and each bucket runs that schedule with its protocol and per-call cost, as ``parplan
+    collective`` times it."""
+    from pathlib import Path
+
+    from parplan.config.loader import load_cluster
+
+    root = Path(__file__).resolve().parents[2]
+    cluster = load_cluster(root / "validation" / "clusters" / "hgx-h100-8gpu.yaml")
+    ctx = context(cluster, chain_model(layers=6), batch=16)
+    auto = evaluate_plan(ctx, plan(dp(8, bucket_size="64 MiB")))
+    labels = {c.algorithm for c in auto.collectives}
+    assert labels and all(label.startswith("auto=") for label in labels), labels
+    forced = evaluate_plan(ctx, plan(dp(8, algorithm="auto", bucket_size="64 MiB")))
+    assert {c.algorithm for c in forced.collectives} == labels
+    assert forced.step_time_s == auto.step_time_s
+    # Without a GPU architecture there is no tuner: the ring with Simple, named so.
+    plain = context(switch_cluster(4), chain_model(layers=6), batch=24)
+    assert {c.algorithm for c in evaluate_plan(plain, plan(dp(4))).collectives} == {"auto=ring/simple"}

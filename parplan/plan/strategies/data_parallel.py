@@ -48,6 +48,7 @@ weight each replica by its slowest device (a pipeline runs at its slowest stage'
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -151,15 +152,16 @@ def allreduce_buckets(
     # The ranks of each node, for algorithms that follow them (ring: one ring per device of a node).
     groups = groups_by_node(ctx.network, list(devices)) if found.uses_groups(algorithm) else None
     element_bytes = ctx.model_spec.bytes_per_grad
-    schedules: dict[int, Schedule] = {}
+    schedules: dict[tuple[AlgorithmSpecBase, int], Schedule] = {}
     infos: list[CollectiveInfo] = []
     previous: list[list[int]] = [[] for _ in range(n)]
-    name = found.label(algorithm)
+    pick = _BucketAlgorithm(ctx, devices, algorithm)
     for k, bucket in enumerate(buckets):
         elements = max(1, round(bucket.params))
-        sched = schedules.get(elements)
+        run = pick.at(elements * element_bytes)
+        sched = schedules.get((run.spec, elements))
         if sched is None:
-            sched = schedules[elements] = found.build(algorithm, n, elements, groups)
+            sched = schedules[(run.spec, elements)] = get(run.spec.name).build(run.spec, n, elements, groups)
         first = b.num_tasks
         rank_deps = [sorted({*ready[k][r], *previous[r]}) for r in range(n)]
         tasks = lower_schedule(
@@ -170,13 +172,16 @@ def allreduce_buckets(
             rank_deps=rank_deps,
             category="allreduce",
             label=f"{label} bucket{k}",
+            protocol=run.protocol,
+            call_overhead_s=run.call_overhead_s,
+            max_rate_Bps=run.max_rate_Bps,
             network=ctx.network,
         )
         previous = [[t] for t in tasks.rank_done]
         infos.append(
             CollectiveInfo(
                 label=f"{label} bucket{k}",
-                algorithm=name,
+                algorithm=run.label,
                 size_bytes=elements * element_bytes,
                 num_ranks=n,
                 first_task=first,
@@ -184,6 +189,61 @@ def allreduce_buckets(
             )
         )
     return [p[0] for p in previous] if buckets else [], infos
+
+
+@dataclass(frozen=True)
+class _BucketRun:
+    """What one bucket's all-reduce runs: the schedule's spec, protocol, per-call cost, the
+    per-channel rate ceiling and the name reports show."""
+
+    spec: AlgorithmSpecBase
+    protocol: str | None
+    call_overhead_s: float
+    max_rate_Bps: float
+    label: str
+
+
+class _BucketAlgorithm:
+    """The aggregation algorithm per bucket size: ``auto`` asks NCCL's tuner on the system the
+    replicas form (:mod:`parplan.topology.nccl_system`) for the schedule, protocol and channels
+    at each bucket's size, as ``parplan collective`` does; any other algorithm runs as named.
+    Every call pays the cluster transport's per-call cost (zero under ``ideal``)."""
+
+    def __init__(self, ctx: PlanContext, devices: Sequence[str], algorithm: AlgorithmSpecBase) -> None:
+        from parplan.collectives.auto import AutoAlgorithm
+        from parplan.collectives.registry import get
+
+        self._ctx, self._algorithm = ctx, algorithm
+        self._auto = isinstance(algorithm, AutoAlgorithm)
+        self._system = None
+        if self._auto:
+            from parplan.topology.nccl_system import nccl_system
+
+            self._system = nccl_system(ctx.network, list(devices))
+        self._label = get(algorithm.name).label(algorithm)
+        self._cache: dict[float, _BucketRun] = {}
+
+    def at(self, size_bytes: float) -> _BucketRun:
+        """The run of a bucket of ``size_bytes``."""
+        run = self._cache.get(size_bytes)
+        if run is None:
+            run = self._cache[size_bytes] = self._choose(size_bytes)
+        return run
+
+    def _choose(self, size_bytes: float) -> _BucketRun:
+        from parplan.collectives.auto import AutoAlgorithm
+        from parplan.collectives.auto_collectives import choose_for
+        from parplan.collectives.registry import algorithms
+        from parplan.plan.collective import call_overhead_s
+
+        transport = self._ctx.network.transport
+        if not self._auto:
+            spec = self._algorithm
+            return _BucketRun(spec, None, call_overhead_s(transport, spec.name, None), math.inf, self._label)
+        assert isinstance(self._algorithm, AutoAlgorithm)
+        choice = choose_for(self._algorithm, self._system, size_bytes, algorithms("all_reduce"), "all_reduce")
+        cost = call_overhead_s(transport, choice.spec.name, choice.protocol)
+        return _BucketRun(choice.spec, choice.protocol, cost, choice.channel_rate_Bps, choice.label)
 
 
 def _replica_devices(ctx: PlanContext, strategy: DataParallelStrategy) -> list[str]:
