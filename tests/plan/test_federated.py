@@ -324,3 +324,16 @@ def test_round_times_lie_between_the_contention_free_bound_and_full_serialisatio
         assert len(chosen) == k
         assert t >= max(trips[c] for c in chosen) * (1 - 1e-9)  # no client beats its own round trip
         assert t <= sum(trips[c] for c in chosen) + k * agg + 1e-9  # at worst everything in series
+
+
+def test_huge_local_step_counts_are_timed_in_full_but_trained_only_in_part() -> None:
+    """A file asking for 10^18 local steps must not hang the planner: the FedAvg numerics train at
+    most MAX_TRAINED_LOCAL_STEPS and say so; the round time still counts every step."""
+    from parplan.plan.strategies.federated import MAX_TRAINED_LOCAL_STEPS
+
+    ctx = ctx_for(edge_cluster(1e12, [1e11] * 2))
+    few = expand(ctx, fed(num_clients=2, samples_per_client=[100] * 2, local_steps=1))
+    huge = expand(ctx, fed(num_clients=2, samples_per_client=[100] * 2, local_steps=10**18))
+    assert huge.quality["round_times_s"][0] > 1e15 * few.quality["round_times_s"][0]
+    assert any(f"train {MAX_TRAINED_LOCAL_STEPS} of {10**18} local steps" in n for n in huge.notes)
+    assert not any("local steps per client" in n for n in few.notes)
