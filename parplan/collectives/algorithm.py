@@ -63,6 +63,13 @@ def schedule_pair_traffic(schedule: Schedule) -> PairTraffic:
     return PairTraffic(pairs // p, pairs % p, elements, schedule.num_steps, channels)
 
 
+SPEC_MAX_SEGMENTS = 1024
+"""Most pipeline segments a spec may ask for (per tree or channel): NCCL's chunks make a few hundred
+at most, and each segment is a copy of the schedule's steps, so 10^4 would build for minutes."""
+SPEC_MAX_CHANNELS = 64
+"""Most channels a spec may ask for: NCCL's MAXCHANNELS."""
+
+
 class AlgorithmSpecBase(Spec):
     """The base of every algorithm's spec: a frozen spec tagged by ``name`` (each algorithm's
     subclass narrows it to ``Literal["its name"]`` and adds its parameters with defaults)."""

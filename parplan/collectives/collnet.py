@@ -48,7 +48,15 @@ import numpy as np
 from pydantic import Field
 
 from parplan.collectives._build import StepBuffer, check_sizes
-from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
+from parplan.collectives.algorithm import (
+    SPEC_MAX_CHANNELS,
+    SPEC_MAX_SEGMENTS,
+    Algorithm,
+    AlgorithmSpecBase,
+    Groups,
+    Traffic,
+    UniformCost,
+)
 from parplan.collectives.double_binary_tree import tree_positions
 from parplan.collectives.groups import resolve_groups
 from parplan.collectives.nccl_tree import ASSUMED_ELEMENT_BYTES, auto_segments
@@ -182,7 +190,7 @@ class CollnetDirectAlgorithm(AlgorithmSpecBase):
     ``group_size``. Short form ``collnet_direct:4`` for 4 slices."""
 
     name: Literal["collnet_direct"]
-    segments: int | None = Field(default=None, ge=1)
+    segments: int | None = Field(default=None, ge=1, le=SPEC_MAX_SEGMENTS)
     group_size: int | None = Field(default=None, ge=1)
 
 
@@ -193,8 +201,8 @@ class CollnetChainAlgorithm(AlgorithmSpecBase):
     channels."""
 
     name: Literal["collnet_chain"]
-    channels: int = Field(default=1, ge=1)
-    segments: int | None = Field(default=None, ge=1)
+    channels: int = Field(default=1, ge=1, le=SPEC_MAX_CHANNELS)
+    segments: int | None = Field(default=None, ge=1, le=SPEC_MAX_SEGMENTS)
     group_size: int | None = Field(default=None, ge=1)
 
 

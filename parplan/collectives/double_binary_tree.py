@@ -30,7 +30,14 @@ from pydantic import Field
 
 from parplan.collectives._build import StepBuffer, check_sizes
 from parplan.collectives._tree_cost import TreePlan, TreeShapes, compile_plan, plan_time, shapes_from_parents
-from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
+from parplan.collectives.algorithm import (
+    SPEC_MAX_SEGMENTS,
+    Algorithm,
+    AlgorithmSpecBase,
+    Groups,
+    Traffic,
+    UniformCost,
+)
 from parplan.collectives.schedule import Schedule, chunk_bounds
 from parplan.collectives.tree import TREE_PHASES, emit_tree_broadcast, emit_tree_reduce, tree_traffic
 from parplan.errors import CollectiveError
@@ -132,7 +139,7 @@ class DoubleBinaryTreeAlgorithm(AlgorithmSpecBase):
     optionally pipelined in ``segments`` per tree (NCCL pipelines in chunks)."""
 
     name: Literal["double_binary_tree"]
-    segments: int = Field(default=1, ge=1)
+    segments: int = Field(default=1, ge=1, le=SPEC_MAX_SEGMENTS)
 
 
 class DoubleBinaryTreeAllReduce(Algorithm[DoubleBinaryTreeAlgorithm]):

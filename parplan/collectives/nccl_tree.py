@@ -50,7 +50,15 @@ from pydantic import Field
 
 from parplan.collectives._build import StepBuffer, check_sizes
 from parplan.collectives._tree_cost import plan_of, plan_time, shapes_from_parents
-from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
+from parplan.collectives.algorithm import (
+    SPEC_MAX_CHANNELS,
+    SPEC_MAX_SEGMENTS,
+    Algorithm,
+    AlgorithmSpecBase,
+    Groups,
+    Traffic,
+    UniformCost,
+)
 from parplan.collectives.double_binary_tree import dbt_plans, double_binary_trees, tree_positions
 from parplan.collectives.groups import resolve_groups
 from parplan.collectives.schedule import Schedule, chunk_bounds
@@ -209,8 +217,8 @@ class NcclTreeAlgorithm(AlgorithmSpecBase):
     channels."""
 
     name: Literal["nccl_tree"]
-    channels: int | None = Field(default=None, ge=1)
-    segments: int | None = Field(default=None, ge=1)
+    channels: int | None = Field(default=None, ge=1, le=SPEC_MAX_CHANNELS)
+    segments: int | None = Field(default=None, ge=1, le=SPEC_MAX_SEGMENTS)
     group_size: int | None = Field(default=None, ge=1)
 
 

@@ -45,6 +45,7 @@ from pydantic import Field
 
 from parplan.collectives._build import AnyIntArray, check_sizes, make_schedule, merge_csr
 from parplan.collectives.algorithm import (
+    SPEC_MAX_CHANNELS,
     Algorithm,
     AlgorithmSpecBase,
     Groups,
@@ -354,7 +355,7 @@ class RingAlgorithm(AlgorithmSpecBase):
     """
 
     name: Literal["ring"]
-    channels: int | None = Field(default=None, ge=1)
+    channels: int | None = Field(default=None, ge=1, le=SPEC_MAX_CHANNELS)
 
 
 class RingAllReduce(Algorithm[RingAlgorithm]):

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from parplan.collectives._build import check_sizes, make_schedule
 from parplan.collectives.algorithm import (
+    SPEC_MAX_CHANNELS,
     Algorithm,
     AlgorithmSpecBase,
     Groups,
@@ -159,7 +160,7 @@ class RingHalfSpec(AlgorithmSpecBase):
     largest node, or one; see :func:`ring_channels`). Short form ``"ring:8"``."""
 
     name: Literal["ring"]
-    channels: int | None = Field(default=None, ge=1)
+    channels: int | None = Field(default=None, ge=1, le=SPEC_MAX_CHANNELS)
 
 
 class _RingHalf(Algorithm[RingHalfSpec]):

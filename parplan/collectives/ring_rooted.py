@@ -41,6 +41,8 @@ from pydantic import Field
 
 from parplan.collectives._build import check_sizes, make_schedule
 from parplan.collectives.algorithm import (
+    SPEC_MAX_CHANNELS,
+    SPEC_MAX_SEGMENTS,
     Algorithm,
     AlgorithmSpecBase,
     Groups,
@@ -197,8 +199,8 @@ class RingRootedSpec(AlgorithmSpecBase):
 
     name: Literal["ring"]
     root: int = Field(default=0, ge=0)
-    channels: int | None = Field(default=None, ge=1)
-    segments: int | None = Field(default=None, ge=1)
+    channels: int | None = Field(default=None, ge=1, le=SPEC_MAX_CHANNELS)
+    segments: int | None = Field(default=None, ge=1, le=SPEC_MAX_SEGMENTS)
 
 
 class RingRooted(Algorithm[RingRootedSpec]):

@@ -43,7 +43,14 @@ from pydantic import Field
 
 from parplan.collectives._build import StepBuffer, check_sizes
 from parplan.collectives._tree_cost import TreePlan, TreeShapes, compile_plan, plan_time, shapes_from_parents
-from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
+from parplan.collectives.algorithm import (
+    SPEC_MAX_SEGMENTS,
+    Algorithm,
+    AlgorithmSpecBase,
+    Groups,
+    Traffic,
+    UniformCost,
+)
 from parplan.collectives.schedule import Schedule, chunk_bounds
 from parplan.errors import CollectiveError
 
@@ -283,7 +290,7 @@ class TreeAlgorithm(AlgorithmSpecBase):
 
     name: Literal["tree"]
     arity: int = Field(default=2, ge=2)
-    segments: int = Field(default=1, ge=1)
+    segments: int = Field(default=1, ge=1, le=SPEC_MAX_SEGMENTS)
 
 
 class TreeAllReduce(Algorithm[TreeAlgorithm]):

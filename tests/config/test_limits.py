@@ -312,3 +312,24 @@ def test_the_largest_transformer_builds_within_every_node_range() -> None:
     model = build_model(spec)
     assert all(math.isfinite(n.saved_bytes_per_sample) for n in model.nodes)
     assert model.total_params / 64 * MAX_GENERATED_LAYERS < MAX_MODEL_PARAMS
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "field", "limit"),
+    [
+        ({"name": "tree", "arity": 2, "segments": 3000}, "segments", 1024),
+        ({"name": "double_binary_tree", "segments": 1025}, "segments", 1024),
+        ({"name": "nccl_tree", "segments": 10**6}, "segments", 1024),
+        ({"name": "ring", "channels": 65}, "channels", 64),
+        ({"name": "nccl_tree", "channels": 1000}, "channels", 64),
+    ],
+)
+def test_segments_and_channels_are_bounded_at_load_time(
+    algorithm: dict[str, Any], field: str, limit: int
+) -> None:
+    """Each segment or channel copies the schedule's steps: 3000 segments used to build for minutes."""
+    data = {"kind": "data_parallel", "num_replicas": 4, "aggregation": {"algorithm": algorithm}}
+    found = issues("strategy", data)
+    assert any(field in i and f"<= {limit}" in i for i in found), found
+    algorithm = {**algorithm, field: limit}
+    assert issues("strategy", {**data, "aggregation": {"algorithm": algorithm}}) == []
