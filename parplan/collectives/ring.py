@@ -22,7 +22,12 @@ members of a group consecutively, so a ring crosses between nodes once per node 
 hops stay inside a node (NVLink / NVSwitch). Ring ``c`` starts each group at member ``c mod m``
 (``m`` its size), so the rank that leaves a node, and with one NIC per device the NIC its traffic
 takes, is a different one for every channel: ``m`` channels on nodes of ``m`` devices use all
-``m`` NICs of every node, where one ring uses one. Without groups (or with groups of one rank)
+``m`` NICs of every node, where one ring uses one. Every other group is visited backwards (from
+member ``c - 1`` to member ``c``), so the ring leaves a node and enters the next through devices
+of the same local index: on a rail-optimized fabric the crossing stays on one rail, the direct
+route (NCCL keeps a channel on one rail, NCCL_CROSS_NIC=0), instead of tying with routes through
+the spine or through another GPU's NIC. With an odd number of nodes the wrap-around crossing is
+the one that changes rails. Without groups (or with groups of one rank)
 the rings all run ``0 -> 1 -> ... -> p-1`` and channels only split the tensor. Each ring is the
 vectorised block above, offset by the steps of the rings before it; rings on disjoint parts of
 the tensor need no dependency between them.
@@ -32,7 +37,7 @@ number of channels; the halves alone take half the alphas and betas (the reduce-
 gammas). Volumes: :func:`ring_traffic`.
 
 >>> ring_orders(6, 3, [[0, 1, 2], [3, 4, 5]])
-[[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3], [2, 0, 1, 5, 3, 4]]
+[[0, 1, 2, 5, 4, 3], [1, 2, 0, 3, 5, 4], [2, 0, 1, 4, 3, 5]]
 """
 
 from __future__ import annotations
@@ -176,12 +181,21 @@ def ring_orders(
     num_ranks: int, channels: int = 1, groups: Sequence[Sequence[int]] | None = None
 ) -> list[list[int]]:
     """The rank order of each channel's ring: ``0 .. p-1`` without groups, else the groups in the
-    order given, each rotated to start at its member ``c mod len(group)`` for channel ``c``.
-    Raises :class:`CollectiveError` when ``groups`` do not partition the ranks."""
+    order given, each rotated to start at its member ``c mod len(group)`` for channel ``c`` and
+    every other group visited backwards (:func:`_group_visit`). Raises :class:`CollectiveError` when ``groups`` do not partition the ranks."""
     if groups is None:
         return [list(range(num_ranks))] * channels
     resolved = resolve_groups(num_ranks, groups)
-    return [[r for g in resolved for r in (g[c % len(g) :] + g[: c % len(g)])] for c in range(channels)]
+    return [[r for j, g in enumerate(resolved) for r in _group_visit(g, c, j)] for c in range(channels)]
+
+
+def _group_visit(group: Sequence[int], channel: int, index: int) -> list[int]:
+    """The order ring ``channel`` visits the ``index``-th group in: rotated to start at member
+    ``channel mod m``; every other group backwards, so the ring leaves one node and enters the
+    next through members of the same local index (on a rail-optimized fabric, the same rail)."""
+    k = channel % len(group)
+    forward = list(group[k:]) + list(group[:k])
+    return forward if index % 2 == 0 else forward[::-1]
 
 
 def ring_all_reduce(
@@ -203,7 +217,7 @@ def ring_all_reduce(
     >>> s.num_steps, s.phase_names
     (24, ('reduce_scatter', 'all_gather'))
     >>> ring_all_reduce(4, 8, channels=2, groups=[[0, 1], [2, 3]]).meta["rings"]
-    ((0, 1, 2, 3), (1, 0, 3, 2))
+    ((0, 1, 3, 2), (1, 0, 2, 3))
     """
     check_sizes(num_ranks, num_elements)
     p = num_ranks
@@ -278,7 +292,8 @@ def ring_traffic(
 
     Ring ``c`` all-reduces part ``c`` of ``chunk_bounds(n, channels)`` over its rank order: ranks
     ``0 .. p-1`` without ``groups``, else the groups in order, each rotated to start at its member
-    ``c mod len(group)`` (the layout of :func:`ring_orders`, restated here so the tests check the
+    ``c mod len(group)`` and every other one backwards from member ``c - 1`` (the layout of
+    :func:`ring_orders`, restated here so the tests check the
     schedule against its definition). The rank at ring position ``i`` sends
     ``2 n_c - c_i - c_{i+1}`` and receives ``2 n_c - c_{i-1} - c_i`` (``c`` its ring's chunks).
     """
@@ -292,7 +307,11 @@ def ring_traffic(
         order = (
             list(range(p))
             if members is None
-            else [g[(c + i) % len(g)] for g in members for i in range(len(g))]
+            else [
+                g[(c + i) % len(g)] if j % 2 == 0 else g[(c - 1 - i) % len(g)]
+                for j, g in enumerate(members)
+                for i in range(len(g))
+            ]
         )
         chunks = np.diff(chunk_bounds(part, p))
         sent[order] += 2 * part - chunks - np.roll(chunks, -1)

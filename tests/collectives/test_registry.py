@@ -38,7 +38,7 @@ def test_parameters_reach_the_builder() -> None:
     assert build_schedule("ring", 9, 30, groups=nodes).meta["channels"] == 4  # auto: one per device
     assert build_schedule("ring", 9, 30).meta["channels"] == 1  # auto without nodes
     second_ring = np.asarray(build_schedule("ring:2", 9, 30, groups=nodes).meta["rings"])[1]
-    assert second_ring.tolist() == [1, 2, 3, 0, 5, 6, 7, 4, 8]
+    assert second_ring.tolist() == [1, 2, 3, 0, 4, 7, 6, 5, 8]  # every other node backwards
 
 
 def test_unknown_name_lists_the_valid_ones() -> None:

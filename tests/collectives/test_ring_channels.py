@@ -41,7 +41,8 @@ def test_orders_keep_nodes_together_and_leave_each_node_through_every_device() -
     nodes, m = 3, 8
     groups = _node_groups(nodes, m)
     orders = ring_orders(nodes * m, m, groups)
-    assert orders[0] == list(range(nodes * m))  # channel 0 of contiguous nodes: the plain ring
+    # Channel 0 of contiguous nodes: the plain ring with every other node visited backwards.
+    assert orders[0] == [*range(0, 8), *range(15, 7, -1), *range(16, 24)]
     node_of = {r: i for i, g in enumerate(groups) for r in g}
     exits: list[set[int]] = [set() for _ in range(nodes)]
     entries: list[set[int]] = [set() for _ in range(nodes)]
@@ -53,6 +54,10 @@ def test_orders_keep_nodes_together_and_leave_each_node_through_every_device() -
         for a, b in crossing:
             exits[node_of[a]].add(a)
             entries[node_of[b]].add(b)
+        # Between nodes i and i+1 the ring stays on one local index (one rail); only the
+        # wrap-around of an odd number of nodes changes it.
+        same_rail = [a % m == b % m for a, b in crossing if node_of[b] == node_of[a] + 1]
+        assert len(same_rail) == nodes - 1 and all(same_rail)
     for i in range(nodes):  # m channels leave (and enter) every node through all m devices
         assert exits[i] == set(groups[i]) and entries[i] == set(groups[i])
 
@@ -81,11 +86,17 @@ def test_automatic_channel_count() -> None:
         ring_all_reduce(4, 8, channels=0)
 
 
-def test_one_channel_on_contiguous_nodes_is_the_plain_ring() -> None:
+def test_one_channel_on_contiguous_nodes_is_the_plain_ring_on_its_order() -> None:
+    """One grouped channel is the plain ring relabelled by its order (every other node backwards):
+    the same steps, dependencies and chunks, on the ranks of :func:`ring_orders`."""
     p, n = 16, 16 * 7 + 3
     plain = ring_all_reduce(p, n)
     grouped = build_schedule("ring:1", p, n, groups=_node_groups(2, 8))
-    for name in ("src", "dst", "offset", "length", "reduce", "phase", "dep_offsets", "dep_indices"):
+    order = np.asarray(ring_orders(p, 1, _node_groups(2, 8))[0])
+    assert order.tolist() == [*range(8), *range(15, 7, -1)]
+    np.testing.assert_array_equal(grouped.src, order[plain.src])
+    np.testing.assert_array_equal(grouped.dst, order[plain.dst])
+    for name in ("offset", "length", "reduce", "phase", "dep_offsets", "dep_indices"):
         np.testing.assert_array_equal(getattr(grouped, name), getattr(plain, name))
 
 
@@ -115,7 +126,9 @@ def test_channel_structure_at_256_ranks() -> None:
         np.testing.assert_array_equal(first, ring)
         np.testing.assert_array_equal(s.dst[k * per_ring : k * per_ring + p], np.roll(ring, -1))
         leaving = first[(first // m) != (np.roll(ring, -1) // m)]
-        np.testing.assert_array_equal(leaving % m, np.full(nodes, (k - 1) % m))
+        # Even nodes are left through member k-1 (visited forwards from k), odd ones through k.
+        expected = np.where(np.arange(nodes) % 2 == 0, (k - 1) % m, k % m)
+        np.testing.assert_array_equal(leaving % m, expected)
     # Every device sends the same: 2 (p-1)/p n up to chunk rounding (8 rings x 2 chunks).
     sent = np.bincount(s.src, weights=s.length, minlength=p)
     assert np.abs(sent - 2 * (p - 1) / p * n).max() <= 2 * c

@@ -154,7 +154,10 @@ def test_without_link_sharing_busy_time_is_still_the_moving_windows() -> None:
     graph = _overlapped_buckets(net, buckets=2, elements=3000)
     r = simulate(graph, net, link_sharing=False)
     np.testing.assert_allclose(r.channel_busy_s, _moving_union(graph, net, r), rtol=1e-9, atol=1e-15)
-    assert r.makespan_s <= simulate(graph, net).makespan_s
+    # Unshared transfers finish sooner, but that can reorder the serial reduction streams (a
+    # list-scheduling anomaly, Graham 1969): the bound holds to a hair, not always exactly (this
+    # ring layout shows 1 ns in 38.5 us).
+    assert r.makespan_s <= simulate(graph, net).makespan_s * (1 + 1e-4)
 
 
 def _random_star(rng: np.random.Generator, hosts: int) -> Network:
