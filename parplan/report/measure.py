@@ -117,6 +117,7 @@ def nccl_tests_text(result: Measurement, algorithm: str) -> str:
         f" iters: {request.iters} agg iters: 1 validation: 1 graph: 0",
         "#",
         f"# Using {result.ranks} ranks on {', '.join(result.hosts)}",
+        *_rank_lines(result),
         "#",
         "#                                                              out-of-place",
         "#       size         count      type   redop    root     time   algbw   busbw #wrong",
@@ -135,6 +136,18 @@ def nccl_tests_text(result: Measurement, algorithm: str) -> str:
         "#",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _rank_lines(result: Measurement) -> list[str]:
+    """nccl-tests' ``#  Rank  N Group  0 ...`` lines, one per rank (``parplan calibrate`` counts
+    the ranks from them); hosts are spread over the ranks in order, as the launcher starts them."""
+    hosts = result.hosts or ("local",)
+    device = "cpu" if result.backend == "gloo" else "cuda"
+    return [
+        f"#  Rank {r:2d} Group  0 on {hosts[r * len(hosts) // result.ranks]} device {r:2d} [{device}]"
+        f" {result.backend}"
+        for r in range(result.ranks)
+    ]
 
 
 def _error_cell(row: MeasuredRow) -> str:

@@ -103,6 +103,7 @@ def test_a_small_run_prints_and_writes(tmp_path: Path) -> None:
     for algorithm in ("backend", "ring"):
         table = read_nccl_tests(tmp_path / f"run.{algorithm}.txt")
         assert [r.size_bytes for r in table.rows] == [1024, 4096, 16384]
+        assert table.ranks == 2  # its '#  Rank N Group' lines: parplan calibrate needs no --ranks
     result = runner.invoke(app, [*args[:-2], "--json", "-"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
