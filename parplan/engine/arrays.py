@@ -13,6 +13,8 @@ import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+IdArray = npt.NDArray[np.int32] | IntArray
+"""Device ids as the task graph holds them (int32), or as the engine computes them (int64)."""
 
 EMPTY_I: IntArray = np.zeros(0, dtype=np.int64)
 EMPTY_F: FloatArray = np.zeros(0, dtype=np.float64)

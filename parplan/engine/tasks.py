@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray
 from parplan.errors import SimulationError
-from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, TaskGraph
+from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, IdArray, TaskGraph
 
 _COLUMNS = (
     "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "protocol", "overhead_s",
@@ -37,8 +37,8 @@ class TaskView:
 
     devices: tuple[str, ...]
     kind: npt.NDArray[np.int8]
-    device: IntArray
-    dst: IntArray
+    device: IdArray
+    dst: IdArray
     size_bytes: FloatArray
     seconds: FloatArray
     flops: FloatArray
