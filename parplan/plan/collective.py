@@ -177,7 +177,8 @@ def collective_taskgraph(
     because a ring at p = 4096 has 33 million steps and every extra pass over them costs a
     noticeable fraction of a second: the int32 ranks are the int32 device ids as they are, and
     constant columns (kind, compute columns, a protocol or rate ceiling not given) are
-    :func:`~parplan.taskgraph.constant` views that take no memory. ``protocol``, ``call_overhead_s`` and ``network`` as in :func:`lower_schedule`.
+    :func:`~parplan.taskgraph.constant` views that take no memory. ``protocol``,
+    ``call_overhead_s`` and ``network`` as in :func:`lower_schedule`.
     """
     p = schedule.num_ranks
     message = _message_columns(schedule, protocol, call_overhead_s, max_rate_Bps)
