@@ -70,7 +70,8 @@ class MessagePricer:
         self.routes = routes
         self.size_bytes = size_bytes
         self.nccl = transport.kind == "nccl"
-        self.protocol = np.where(protocol < 0, _SIMPLE, protocol).astype(np.int64) if self.nccl else None
+        # int8 codes (1 byte per task, not 8): they only index small tables.
+        self.protocol = np.where(protocol < 0, _SIMPLE, protocol).astype(np.int8) if self.nccl else None
         self.overhead_s = overhead_s if bool(np.any(overhead_s)) else None
         self.per_message_s = transport.send_overhead_s + transport.recv_overhead_s
         self.plain = not self.nccl and self.overhead_s is None and self.per_message_s == 0.0 and (

@@ -59,3 +59,15 @@ def test_block_ids_beyond_int32_are_refused() -> None:
     b = TaskGraphBuilder(["a", "b"])
     with pytest.raises(SimulationError, match="beyond int32"):
         b.add_block({"label": np.array([2**31])}, np.zeros(2, dtype=np.int64), np.zeros(0, dtype=np.int64))
+
+
+def test_engine_successor_lists_are_int32_and_release_int64_ids() -> None:
+    from parplan.engine.tasks import Dependencies, TaskView
+
+    b = TaskGraphBuilder()
+    _transfer_block(b, 50)
+    deps = Dependencies(TaskView.of(b.build()))
+    assert deps.succ_idx.dtype == np.int32 and deps.succ_off.dtype == np.int32
+    assert deps.roots().tolist() == [0]
+    released = deps.finish(np.arange(0, 1))
+    assert released.tolist() == [1] and released.dtype == np.int64
