@@ -24,6 +24,17 @@ from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, IdArray, TaskGraph
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
+
+
+def _count_dtype(counts: IntArray) -> type[np.signedinteger[Any]]:
+    """The smallest of int8 / int16 / int32 that holds every count (an in-degree)."""
+    most = int(counts.max()) if len(counts) else 0
+    for dtype in (np.int8, np.int16):
+        if most <= np.iinfo(dtype).max:
+            return dtype
+    return np.int32
+
+
 _COLUMNS = (
     "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "protocol", "overhead_s",
     "max_rate_Bps",
@@ -141,7 +152,11 @@ class Dependencies:
         self.num_done = 0
         dep_indices = tasks.dep_indices
         num_edges = len(dep_indices)
-        self.remaining = np.diff(tasks.dep_offsets).astype(np.int32)
+        indeg = np.diff(tasks.dep_offsets)
+        # Unfinished dependencies in the smallest integer that holds the largest in-degree: one
+        # byte per task in a collective, whose steps wait for one or two others.
+        self.remaining: npt.NDArray[np.signedinteger[Any]] = indeg.astype(_count_dtype(indeg))
+        del indeg
         # Compact: task ids in the successor list and its offsets are int32 where they fit (a ring
         # at p = 4096 has 33.5 M transfers, each a successor of one other).
         id_dtype = np.int32 if n <= _INT32_MAX else np.int64
@@ -204,7 +219,7 @@ class Dependencies:
             np.not_equal(succ[1:], succ[:-1], out=first[1:])
             pos = np.flatnonzero(first)
             uniq = succ[pos]
-            self.remaining[uniq] -= np.diff(np.append(pos, len(succ))).astype(np.int32)
+            self.remaining[uniq] -= np.diff(np.append(pos, len(succ))).astype(self.remaining.dtype)
             succ = uniq
         else:
             self.remaining[succ] -= 1

@@ -68,6 +68,19 @@ def test_engine_successor_lists_are_int32_and_release_int64_ids() -> None:
     _transfer_block(b, 50)
     deps = Dependencies(TaskView.of(b.build()))
     assert deps.succ_idx.dtype == np.int32 and deps.succ_off.dtype == np.int32
+    assert deps.remaining.dtype == np.int8  # in-degree at most 1
     assert deps.roots().tolist() == [0]
     released = deps.finish(np.arange(0, 1))
     assert released.tolist() == [1] and released.dtype == np.int64
+
+
+def test_wide_fan_in_counts_in_a_wider_integer() -> None:
+    from parplan.engine.tasks import Dependencies, TaskView
+
+    b = TaskGraphBuilder()
+    firsts = [b.marker() for _ in range(300)]
+    join = b.marker(firsts)
+    deps = Dependencies(TaskView.of(b.build()))
+    assert deps.remaining.dtype == np.int16
+    assert deps.finish(np.arange(299)).tolist() == []
+    assert deps.finish(np.array([299])).tolist() == [join]
