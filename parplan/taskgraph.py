@@ -50,6 +50,9 @@ TREE_STEP = len(PROTOCOLS)
 
 IntArray = npt.NDArray[np.int64]
 IdArray = npt.NDArray[np.int32]
+DepArray = npt.NDArray[np.int32] | npt.NDArray[np.int64]
+"""Task ids of dependencies and their offsets: int64 from the builder, int32 when shared with a
+collective schedule (which stores them compactly)."""
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -72,8 +75,8 @@ class TaskGraph:
     protocol: npt.NDArray[np.int8]  # index into PROTOCOLS, -1 for none
     overhead_s: FloatArray  # fixed delay a transfer pays before its bytes move (0 otherwise)
     max_rate_Bps: FloatArray  # payload rate ceiling of a transfer (inf: the links decide)
-    dep_offsets: IntArray
-    dep_indices: IntArray
+    dep_offsets: DepArray
+    dep_indices: DepArray
     categories: tuple[str, ...]
     labels: tuple[str, ...]
     meta: dict[str, object] = field(default_factory=dict)
@@ -84,7 +87,7 @@ class TaskGraph:
         """Number of tasks of every kind."""
         return len(self.kind)
 
-    def deps(self, task: int) -> IntArray:
+    def deps(self, task: int) -> DepArray:
         """The tasks that must finish before ``task`` starts."""
         return self.dep_indices[self.dep_offsets[task] : self.dep_offsets[task + 1]]
 

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray
 from parplan.errors import SimulationError
-from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, IdArray, TaskGraph
+from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, DepArray, IdArray, TaskGraph
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
@@ -58,8 +58,8 @@ class TaskView:
     flops: FloatArray
     reduce: npt.NDArray[np.bool_]
     priority: IntArray
-    dep_offsets: IntArray
-    dep_indices: IntArray
+    dep_offsets: DepArray
+    dep_indices: DepArray
     protocol: npt.NDArray[np.int8]
     overhead_s: FloatArray
     max_rate_Bps: FloatArray

@@ -124,8 +124,8 @@ def lower_schedule(
     cat = builder.category_id(category)
     n = schedule.num_steps
     src, dst, red = schedule.src, schedule.dst, schedule.reduce
-    dep_off, dep_idx = schedule.dep_offsets, schedule.dep_indices
-    counts = np.diff(dep_off)
+    counts = schedule.dep_counts
+    dep_idx = schedule.dep_indices.astype(np.int64)  # task ids may pass int32 in a large plan
 
     rank_ready, extra_counts, extra_flat = _outside_edges(builder, schedule, deps, rank_deps, base_label)
     first = builder.num_tasks
@@ -134,6 +134,7 @@ def lower_schedule(
         total_counts, flat = merge_csr(extra_counts, extra_flat, counts, dep_idx + first)
     else:
         total_counts, flat = counts, dep_idx + first
+    del dep_idx
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(total_counts, out=offsets[1:])
     columns: dict[str, np.ndarray] = {
