@@ -84,3 +84,16 @@ def test_wide_fan_in_counts_in_a_wider_integer() -> None:
     assert deps.remaining.dtype == np.int16
     assert deps.finish(np.arange(299)).tolist() == []
     assert deps.finish(np.array([299])).tolist() == [join]
+
+
+def test_wire_bytes_read_per_batch_equal_the_whole_column() -> None:
+    from parplan.engine.arrays import TaskColumn
+
+    rng = np.random.default_rng(3)
+    size = rng.uniform(0, 1e9, 1000)
+    codes = rng.integers(0, 3, 1000).astype(np.int8)
+    per_code = np.array([0.5, 0.9375, 1.0])
+    column = TaskColumn(size, codes, per_code)
+    tasks = rng.permutation(1000)[:300]
+    assert column.take(tasks).tolist() == (size / per_code[codes])[tasks].tolist()
+    assert TaskColumn(size).take(tasks).tolist() == size[tasks].tolist()
