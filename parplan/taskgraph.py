@@ -50,6 +50,8 @@ TREE_STEP = len(PROTOCOLS)
 
 IntArray = npt.NDArray[np.int64]
 IdArray = npt.NDArray[np.int32]
+LabelArray = npt.NDArray[np.int8] | IdArray
+"""Label ids: int32 from the builder; a collective's graph shares its schedule's int8 phases."""
 DepArray = npt.NDArray[np.int32] | npt.NDArray[np.int64]
 """Task ids of dependencies and their offsets: int64 from the builder, int32 when shared with a
 collective schedule (which stores them compactly)."""
@@ -71,7 +73,7 @@ class TaskGraph:
     reduce: BoolArray  # transfer reduces into the receiver
     priority: IntArray  # lower runs first among ready tasks on a compute stream
     category: IdArray
-    label: IdArray
+    label: LabelArray
     protocol: npt.NDArray[np.int8]  # index into PROTOCOLS, -1 for none
     overhead_s: FloatArray  # fixed delay a transfer pays before its bytes move (0 otherwise)
     max_rate_Bps: FloatArray  # payload rate ceiling of a transfer (inf: the links decide)

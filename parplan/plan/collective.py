@@ -176,9 +176,9 @@ def collective_taskgraph(
     are no markers: the collective's time is the makespan. Built straight into the frozen arrays,
     sharing the schedule's arrays where their dtype already matches (read-only by convention),
     because a ring at p = 4096 has 33 million steps and every extra pass over them costs a
-    noticeable fraction of a second: the int32 ranks are the int32 device ids as they are, and
-    constant columns (kind, compute columns, a protocol or rate ceiling not given) are
-    :func:`~parplan.taskgraph.constant` views that take no memory. ``protocol``,
+    noticeable fraction of a second: the int32 ranks are the int32 device ids as they are, the
+    int8 phases the labels, and constant columns (kind, compute columns, a protocol or rate
+    ceiling not given) are :func:`~parplan.taskgraph.constant` views that take no memory. ``protocol``,
     ``call_overhead_s`` and ``network`` as in :func:`lower_schedule`.
     """
     p = schedule.num_ranks
@@ -197,7 +197,7 @@ def collective_taskgraph(
         reduce=schedule.reduce,
         priority=constant(n, 0, np.int64),
         category=constant(n, 0, np.int32),
-        label=schedule.phase.astype(np.int32),
+        label=schedule.phase,  # phase i is label i: shared, not copied
         protocol=message.get("protocol", constant(n, NO_PROTOCOL, np.int8)),
         overhead_s=message.get("overhead_s", constant(n, 0.0, np.float64)),
         max_rate_Bps=message.get("max_rate_Bps", constant(n, float("inf"), np.float64)),
