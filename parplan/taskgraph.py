@@ -24,6 +24,11 @@ Kinds of task:
 ``label`` indexes ``labels`` (a string table) and ``category`` indexes ``categories`` (e.g.
 "forward", "backward", "optimizer", "allreduce", "activation", "p2p") so reports can split time by
 kind without a Python object per task.
+
+Columns are compact: device, destination, category and label ids are int32 (``build`` refuses a
+graph with more), kinds and protocols int8. A column the graph does not use (the compute columns
+of a transfer-only graph, a protocol or rate ceiling no transfer has) is a :func:`constant`, a
+zero-stride view that takes no memory and reads like any other column.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ NO_PROTOCOL = -1
 TREE_STEP = len(PROTOCOLS)
 
 IntArray = npt.NDArray[np.int64]
+IdArray = npt.NDArray[np.int32]
+LabelArray = npt.NDArray[np.int8] | IdArray
+"""Label ids: int32 from the builder; a collective's graph shares its schedule's int8 phases."""
+DepArray = npt.NDArray[np.int32] | npt.NDArray[np.int64]
+"""Task ids of dependencies and their offsets: int64 from the builder, int32 when shared with a
+collective schedule (which stores them compactly)."""
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -54,20 +65,20 @@ class TaskGraph:
 
     devices: tuple[str, ...]
     kind: npt.NDArray[np.int8]
-    device: IntArray  # compute device, or transfer source
-    dst: IntArray  # transfer destination (-1 otherwise)
+    device: IdArray  # compute device, or transfer source
+    dst: IdArray  # transfer destination (-1 otherwise)
     size_bytes: FloatArray  # transfer bytes (0 otherwise)
     seconds: FloatArray  # compute seconds (NaN when given as flops)
     flops: FloatArray  # compute FLOPs (0 when given as seconds)
     reduce: BoolArray  # transfer reduces into the receiver
     priority: IntArray  # lower runs first among ready tasks on a compute stream
-    category: IntArray
-    label: IntArray
+    category: IdArray
+    label: LabelArray
     protocol: npt.NDArray[np.int8]  # index into PROTOCOLS, -1 for none
     overhead_s: FloatArray  # fixed delay a transfer pays before its bytes move (0 otherwise)
     max_rate_Bps: FloatArray  # payload rate ceiling of a transfer (inf: the links decide)
-    dep_offsets: IntArray
-    dep_indices: IntArray
+    dep_offsets: DepArray
+    dep_indices: DepArray
     categories: tuple[str, ...]
     labels: tuple[str, ...]
     meta: dict[str, object] = field(default_factory=dict)
@@ -78,7 +89,7 @@ class TaskGraph:
         """Number of tasks of every kind."""
         return len(self.kind)
 
-    def deps(self, task: int) -> IntArray:
+    def deps(self, task: int) -> DepArray:
         """The tasks that must finish before ``task`` starts."""
         return self.dep_indices[self.dep_offsets[task] : self.dep_offsets[task + 1]]
 
@@ -205,7 +216,7 @@ class TaskGraphBuilder:
     def _flush_rows(self) -> None:
         if not self._row_deps:
             return
-        chunk: dict[str, np.ndarray] = {k: np.asarray(v, dtype=_DTYPES[k]) for k, v in self._rows.items()}
+        chunk: dict[str, np.ndarray] = {k: _column(k, v) for k, v in self._rows.items()}
         counts = np.fromiter((len(d) for d in self._row_deps), dtype=np.int64, count=len(self._row_deps))
         flat = np.fromiter((x for d in self._row_deps for x in d), dtype=np.int64, count=int(counts.sum()))
         self._chunks.append(chunk)
@@ -230,14 +241,12 @@ class TaskGraphBuilder:
         n = len(dep_offsets) - 1
         chunk: dict[str, np.ndarray] = {}
         for k in _COLUMNS:
-            arr: np.ndarray
             if k in columns:
-                arr = np.asarray(columns[k], dtype=_DTYPES[k])
-                if len(arr) != n:
-                    raise SimulationError(f"block column {k!r} has {len(arr)} entries, want {n}")
+                chunk[k] = _column(k, columns[k])
+                if len(chunk[k]) != n:
+                    raise SimulationError(f"block column {k!r} has {len(chunk[k])} entries, want {n}")
             else:
-                arr = np.full(n, _DEFAULTS[k], dtype=_DTYPES[k])
-            chunk[k] = arr
+                chunk[k] = constant(n, _DEFAULTS[k], _DTYPES[k])
         counts: IntArray = np.diff(np.asarray(dep_offsets, dtype=np.int64)).astype(np.int64)
         flat: IntArray = np.asarray(dep_indices, dtype=np.int64)
         if len(flat) and (flat.min() < 0 or np.any(flat >= np.repeat(np.arange(first, first + n), counts))):
@@ -250,12 +259,14 @@ class TaskGraphBuilder:
     def build(self, meta: dict[str, object] | None = None) -> TaskGraph:
         """Freeze the tasks into a :class:`TaskGraph`."""
         self._flush_rows()
+        if len(self.devices) > _ID_MAX or len(self._cat_index) > _ID_MAX or len(self._label_index) > _ID_MAX:
+            raise SimulationError(f"a task graph holds at most {_ID_MAX} devices, categories and labels")
         if self._chunks:
-            cols = {k: np.concatenate([c[k] for c in self._chunks]) for k in _COLUMNS}
+            cols = {k: _concatenate(k, [c[k] for c in self._chunks]) for k in _COLUMNS}
             counts = np.concatenate([c for c, _ in self._dep_chunks])
             flat = np.concatenate([f for _, f in self._dep_chunks])
         else:
-            cols = {k: np.zeros(0, dtype=_DTYPES[k]) for k in _COLUMNS}
+            cols = {k: constant(0, _DEFAULTS[k], _DTYPES[k]) for k in _COLUMNS}
             counts = np.zeros(0, dtype=np.int64)
             flat = np.zeros(0, dtype=np.int64)
         offsets = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -284,6 +295,46 @@ class TaskGraphBuilder:
         )
 
 
+_ID_MAX = int(np.iinfo(np.int32).max)
+"""Device, category and label ids (and ``dst``) are int32: a graph never has more of them."""
+
+
+def constant(n: int, value: object, dtype: type) -> np.ndarray:
+    """A read-only column of ``n`` equal values that takes no memory (a zero-stride view), for the
+    columns a graph does not use: the compute columns of a transfer-only graph, protocol and rate
+    ceiling of transfers without them. Read exactly like a full column."""
+    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
+
+
+def _is_constant(column: np.ndarray) -> bool:
+    """Whether ``column`` is a :func:`constant` (a zero-stride view)."""
+    return column.ndim == 1 and column.strides[0] == 0
+
+
+def _column(name: str, values: object) -> np.ndarray:
+    """``values`` as column ``name``'s dtype; a :class:`SimulationError` when integers would not
+    fit it (ids are int32), instead of numpy's silent wrap-around."""
+    target = np.dtype(_DTYPES[name])
+    arr = np.asarray(values)
+    if arr.dtype != target and arr.dtype.kind in "iu" and target.kind == "i" and len(arr):
+        info = np.iinfo(target.name)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < info.min or hi > info.max:
+            raise SimulationError(f"task column {name!r} holds {lo}..{hi}, beyond {target.name}")
+    return np.asarray(arr, dtype=target)
+
+
+def _concatenate(name: str, chunks: list[np.ndarray]) -> np.ndarray:
+    """One column from its chunks; stays a :func:`constant` when every chunk is the same constant
+    (e.g. ``flops`` of a transfer-only graph)."""
+    if all(_is_constant(c) for c in chunks):
+        values = {c[0].item() for c in chunks if len(c)}
+        if len(values) <= 1:
+            value = values.pop() if values else _DEFAULTS[name]
+            return constant(sum(len(c) for c in chunks), value, _DTYPES[name])
+    return np.concatenate(chunks)
+
+
 _COLUMNS = (
     "kind",
     "device",
@@ -302,15 +353,15 @@ _COLUMNS = (
 )
 _DTYPES: dict[str, type] = {
     "kind": np.int8,
-    "device": np.int64,
-    "dst": np.int64,
+    "device": np.int32,
+    "dst": np.int32,
     "size_bytes": np.float64,
     "seconds": np.float64,
     "flops": np.float64,
     "reduce": np.bool_,
     "priority": np.int64,
-    "category": np.int64,
-    "label": np.int64,
+    "category": np.int32,
+    "label": np.int32,
     "protocol": np.int8,
     "overhead_s": np.float64,
     "max_rate_Bps": np.float64,

@@ -9,10 +9,11 @@ execution. Arrays, not objects, because a ring all-reduce at p = 4096 has 33 mil
 The dependency lists are stored CSR-style: the deps of step ``i`` are
 ``dep_indices[dep_offsets[i]:dep_offsets[i + 1]]``.
 
-Dtypes: element counts and step indices (``offset``, ``length``, ``dep_offsets``, ``dep_indices``)
-are int64; rank ids (``src``, ``dst``) are int32 and ``phase`` is int8, which keeps a ring
-all-reduce at p = 4096 (33.5 M steps) near 1.4 GB instead of 1.9 GB. The constructor converts
-any integer arrays it is given to these dtypes.
+Dtypes: element counts (``offset``, ``length``) are int64; step indices and dependency offsets
+(``dep_offsets``, ``dep_indices``) and rank ids (``src``, ``dst``) are int32 and ``phase`` is int8,
+which keeps a ring all-reduce at p = 4096 (33.5 M steps) near 1.1 GB instead of 1.9 GB. The
+constructor converts any integer arrays it is given to these dtypes (a ``ValueError`` where step
+indices would not fit int32).
 
 Switch ranks (in-network reduction: NVLS on an NVSwitch, CollNet/SHARP on an InfiniBand switch):
 a schedule may put reducing switches in the loop as extra ranks ``num_ranks .. num_ranks + S - 1``,
@@ -37,6 +38,8 @@ import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
+StepArray = npt.NDArray[np.int32] | npt.NDArray[np.int64]
+"""Step indices: int32 as a schedule stores them; builders may hand over int64."""
 RankArray = npt.NDArray[np.int32]
 PhaseArray = npt.NDArray[np.int8]
 BoolArray = npt.NDArray[np.bool_]
@@ -50,11 +53,15 @@ STEP_DTYPES: dict[str, type] = {
     "offset": np.int64,
     "length": np.int64,
     "reduce": np.bool_,
-    "dep_offsets": np.int64,
-    "dep_indices": np.int64,
+    "dep_offsets": np.int32,
+    "dep_indices": np.int32,
     "phase": np.int8,
 }
 
+
+_STEP_MAX = int(np.iinfo(np.int32).max)
+"""Step indices and dependency offsets are int32: 2^31 steps would need far more memory than any
+machine this runs on (about 25 bytes each)."""
 
 SWITCH_CAPABILITIES: tuple[str, ...] = ("nvls", "sharp")
 """What a switch rank may need of its switch: NVLink SHARP (an NVSwitch that reduces, inside a
@@ -110,8 +117,8 @@ class Schedule:
     offset: IntArray
     length: IntArray
     reduce: BoolArray
-    dep_offsets: IntArray
-    dep_indices: IntArray
+    dep_offsets: StepArray
+    dep_indices: StepArray
     phase: PhaseArray
     phase_names: tuple[str, ...] = ("all",)
     root: int | None = None
@@ -119,6 +126,11 @@ class Schedule:
     switches: tuple[SwitchRank, ...] = ()
 
     def __post_init__(self) -> None:
+        for name in ("dep_offsets", "dep_indices"):
+            values = np.asarray(getattr(self, name))
+            wide = len(values) and values.dtype != np.int32
+            if wide and max(-int(values.min()), int(values.max())) > _STEP_MAX:
+                raise ValueError(f"schedule {name} beyond int32: a schedule holds at most {_STEP_MAX} steps")
         for name, dtype in STEP_DTYPES.items():
             object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype=dtype))
         n = len(self.src)
@@ -138,14 +150,14 @@ class Schedule:
         """How many transfers the schedule makes."""
         return len(self.src)
 
-    def deps(self, step: int) -> IntArray:
+    def deps(self, step: int) -> StepArray:
         """The steps that must complete before ``step`` starts."""
         return self.dep_indices[self.dep_offsets[step] : self.dep_offsets[step + 1]]
 
     @property
     def dep_counts(self) -> IntArray:
         """How many dependencies each step has."""
-        return np.diff(self.dep_offsets)
+        return np.diff(self.dep_offsets).astype(np.int64)
 
     @property
     def nbytes(self) -> int:

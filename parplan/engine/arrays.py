@@ -7,12 +7,15 @@ where numpy's per-call cost would dominate the work (:data:`SMALL_BATCH`).
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+IdArray = npt.NDArray[np.int32] | IntArray
+"""Device ids as the task graph holds them (int32), or as the engine computes them (int64)."""
 
 EMPTY_I: IntArray = np.zeros(0, dtype=np.int64)
 EMPTY_F: FloatArray = np.zeros(0, dtype=np.float64)
@@ -42,3 +45,31 @@ def runs(sorted_values: npt.NDArray[np.generic]) -> list[tuple[int, int]]:
     """
     cuts = np.flatnonzero(sorted_values[1:] != sorted_values[:-1]) + 1
     return list(itertools.pairwise([0, *cuts.tolist(), len(sorted_values)]))
+
+
+@dataclass(frozen=True, eq=False)
+class TaskColumn:
+    """A float per task, read by batches of task ids: ``values[tasks]``, divided by
+    ``per_code[codes[tasks]]`` when ``per_code`` is given.
+
+    Bytes on the wire are a transfer's payload over its protocol's efficiency: read per batch,
+    the same floats as a whole column of quotients, without the 8 bytes per task that column
+    costs (268 MB for a ring at p = 4096).
+
+    >>> TaskColumn(np.array([4.0, 6.0]), np.array([1, 0], dtype=np.int8), np.array([1.0, 0.5])).take(
+    ...     np.array([1, 0])
+    ... ).tolist()
+    [6.0, 8.0]
+    """
+
+    values: FloatArray
+    codes: npt.NDArray[np.int8] | None = None
+    per_code: FloatArray | None = None
+
+    def take(self, tasks: IntArray) -> FloatArray:
+        """The column's values for ``tasks``."""
+        out = self.values[tasks]
+        if self.codes is None or self.per_code is None:
+            return out
+        quotient: FloatArray = out / self.per_code[self.codes[tasks]]
+        return quotient

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import numpy as np
 
 from parplan.engine.allocator import Allocation, AllocationCache
-from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IntArray, min_max, runs
+from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IntArray, TaskColumn, min_max, runs
 from parplan.engine.kernel import ARRIVE, START, Kernel, horizon
 from parplan.engine.recorder import Recorder
 from parplan.engine.routes import RouteTable
@@ -50,19 +50,20 @@ class Flows:
         kernel: Kernel,
         routes: RouteTable,
         recorder: Recorder,
-        size_bytes: FloatArray,
+        size_bytes: FloatArray | TaskColumn,
         on_arrive: Callable[[IntArray], None],
         *,
         sharing: bool,
-        rate_cap_Bps: FloatArray | None = None,
+        rate_cap_Bps: FloatArray | TaskColumn | None = None,
     ) -> None:
         self.kernel = kernel
         self.routes = routes
         self.rec = recorder
-        self.size_bytes = size_bytes
+        self.size_bytes = size_bytes if isinstance(size_bytes, TaskColumn) else TaskColumn(size_bytes)
         self.on_arrive = on_arrive
         self.sharing = sharing
-        self.rate_cap_Bps = rate_cap_Bps  # per task, a ceiling on its rate (None: none)
+        # Per task, a ceiling on its rate (None: none).
+        self.rate_cap_Bps = TaskColumn(rate_cap_Bps) if isinstance(rate_cap_Bps, np.ndarray) else rate_cap_Bps
         self.cache = AllocationCache(routes, recorder.channel_busy_s, sharing=sharing)
         # Slots: flow id (-1 when free), route id, start, bytes left at t_sync, rate, finish.
         self.s_task = EMPTY_I
@@ -141,7 +142,7 @@ class Flows:
         if self.exclusive:
             self._book(tasks, rids, np.full(len(tasks), now))
             return
-        sizes = self.size_bytes[tasks]
+        sizes = self.size_bytes.take(tasks)
         zero = sizes <= 0
         if np.count_nonzero(zero):
             self.kernel.push(now, ARRIVE, tasks[zero])
@@ -162,7 +163,7 @@ class Flows:
         """Exclusive regime: give these transfers slots now, moving from ``starts`` at their
         narrowest bandwidth, unless a window would overlap another flow's on some channel (then
         the flows switch to the shared regime, which redoes these properly)."""
-        sizes = self.size_bytes[tasks]
+        sizes = self.size_bytes.take(tasks)
         zero = sizes <= 0
         if zero.any():
             self.kernel.push_grouped(starts[zero], tasks[zero], ARRIVE)
@@ -183,7 +184,7 @@ class Flows:
         np.add.at(self.rec.route_bytes, rids, sizes)
         rate = routes.narrowest_Bps[rids]
         if self.rate_cap_Bps is not None:
-            rate = np.minimum(rate, self.rate_cap_Bps[tasks])
+            rate = np.minimum(rate, self.rate_cap_Bps.take(tasks))
         finish = starts + sizes / rate
         slots = self._take_slots(len(tasks))
         self.s_task[slots] = tasks
@@ -219,7 +220,7 @@ class Flows:
         if not len(pending):
             return
         tasks, rids, starts = self.s_task[pending], self.s_rid[pending], self.s_start[pending]
-        np.add.at(self.rec.route_bytes, rids, -self.size_bytes[tasks])
+        np.add.at(self.rec.route_bytes, rids, -self.size_bytes.take(tasks))
         self._release(pending)
         order = np.lexsort((tasks, starts))
         tasks, rids, starts = tasks[order], rids[order], starts[order]
@@ -262,7 +263,7 @@ class Flows:
         alloc = self.cache.get(rids)
         rate = alloc.route_rate_Bps[rids]
         if self.rate_cap_Bps is not None:
-            rate = np.minimum(rate, self.rate_cap_Bps[self.s_task[live]])
+            rate = np.minimum(rate, self.rate_cap_Bps.take(self.s_task[live]))
         self.s_rate[live] = rate
         self.s_finish[live] = now + self.s_rem[live] / rate
         self.next_finish = float(self.s_finish.min())

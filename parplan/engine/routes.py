@@ -21,7 +21,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import EMPTY_F, EMPTY_I, IntArray
+from parplan.engine.arrays import EMPTY_F, EMPTY_I, IdArray, IntArray
 from parplan.errors import SimulationError
 from parplan.topology.network import Network
 
@@ -78,7 +78,7 @@ class RouteTable:
         """Routes found so far."""
         return len(self._channel_list)
 
-    def ids(self, src: IntArray, dst: IntArray, lane: LaneArray | None = None) -> IntArray:
+    def ids(self, src: IdArray, dst: IdArray, lane: LaneArray | None = None) -> IntArray:
         """Route ids for graph device pairs (on ``lane``: None or 0 is the plain route), asking the
         network for routes not seen before."""
         keys = self.net_dev[src] * self.num_net_dev + self.net_dev[dst]

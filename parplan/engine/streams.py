@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from parplan.engine.arrays import FloatArray, IntArray
+from parplan.engine.arrays import FloatArray, IdArray, IntArray
 from parplan.engine.kernel import COMPUTE_DONE, DONE, Kernel
 from parplan.engine.tasks import TaskView
 from parplan.errors import SimulationError
@@ -49,7 +49,7 @@ def device_rates(
 
 
 def fifo_book(
-    free: FloatArray, busy: FloatArray, tasks: IntArray, devs: IntArray, durs: FloatArray, now: float
+    free: FloatArray, busy: FloatArray, tasks: IntArray, devs: IdArray, durs: FloatArray, now: float
 ) -> tuple[FloatArray, FloatArray]:
     """FIFO-schedule ``tasks`` (arriving ``now``, in task order) on per-device serial streams.
 

@@ -30,10 +30,11 @@ efficiencies are already in the network's channel bandwidths.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from parplan.collectives.nccl_tables import HW_LATENCY_US, Algorithm, Hardware
 from parplan.config.cluster import TransportCosts
-from parplan.engine.arrays import FloatArray, IntArray
+from parplan.engine.arrays import FloatArray, IntArray, TaskColumn
 from parplan.engine.routes import RouteTable
 from parplan.taskgraph import PROTOCOLS, TREE_STEP
 
@@ -70,29 +71,25 @@ class MessagePricer:
         self.routes = routes
         self.size_bytes = size_bytes
         self.nccl = transport.kind == "nccl"
-        self.protocol = np.where(protocol < 0, _SIMPLE, protocol).astype(np.int64) if self.nccl else None
+        # int8 codes (1 byte per task, not 8): they only index small tables.
+        self.protocol = _codes(protocol) if self.nccl else None
         self.overhead_s = overhead_s if bool(np.any(overhead_s)) else None
         self.per_message_s = transport.send_overhead_s + transport.recv_overhead_s
         self.plain = not self.nccl and self.overhead_s is None and self.per_message_s == 0.0 and (
             transport.eager_threshold_bytes == float("inf")
         )
 
-    def wire_bytes(self) -> FloatArray:
-        """Bytes each task puts on the wire (its size, or more under an NCCL protocol)."""
-        if self.protocol is None:
-            return self.size_bytes
-        wire: FloatArray = self.size_bytes / _EFFICIENCY[self.protocol]
-        return wire
+    def wire_bytes(self) -> TaskColumn:
+        """Bytes each task puts on the wire (its size, or more under an NCCL protocol), read
+        per batch."""
+        return TaskColumn(self.size_bytes, self.protocol, None if self.protocol is None else _EFFICIENCY)
 
-    def rate_cap_Bps(self, max_rate_Bps: FloatArray) -> FloatArray | None:
+    def rate_cap_Bps(self, max_rate_Bps: FloatArray) -> TaskColumn | None:
         """Each task's ceiling on its wire rate (its payload ceiling over its protocol's
         efficiency), or ``None`` when no task has one."""
         if not bool(np.isfinite(max_rate_Bps).any()):
             return None
-        if self.protocol is None:
-            return max_rate_Bps
-        cap: FloatArray = max_rate_Bps / _EFFICIENCY[self.protocol]
-        return cap
+        return TaskColumn(max_rate_Bps, self.protocol, None if self.protocol is None else _EFFICIENCY)
 
     def delay_s(self, tasks: IntArray, rids: IntArray) -> FloatArray:
         """Seconds from issue until the bytes of ``tasks`` (on routes ``rids``) start moving."""
@@ -113,3 +110,11 @@ class MessagePricer:
             delay = delay + rendezvous * 2.0 * (latency + self.per_message_s)
         result: FloatArray = delay
         return result
+
+
+def _codes(protocol: np.ndarray) -> npt.NDArray[np.int8]:
+    """Protocol codes with "none" as Simple; a constant column stays a zero-memory constant."""
+    if len(protocol) and protocol.strides == (0,):
+        code = int(protocol[0])
+        return np.broadcast_to(np.int8(_SIMPLE if code < 0 else code), protocol.shape)
+    return np.where(protocol < 0, _SIMPLE, protocol).astype(np.int8)

@@ -57,6 +57,7 @@ from parplan.taskgraph import (
     TREE_STEP,
     TaskGraph,
     TaskGraphBuilder,
+    constant,
 )
 from parplan.topology.network import Network
 
@@ -115,16 +116,16 @@ def lower_schedule(
         if not 0 <= d < existing:
             raise PlanError(f"collective dependency {d} is not an existing task")
 
-    dev_ids = np.array([builder.device_id(d) for d in devices], dtype=np.int64)
+    dev_ids = np.array([builder.device_id(d) for d in devices], dtype=np.int32)
     base_label = label or schedule.algorithm
     phase_labels = np.array(
-        [builder.label_id(f"{base_label}:{name}") for name in schedule.phase_names], dtype=np.int64
+        [builder.label_id(f"{base_label}:{name}") for name in schedule.phase_names], dtype=np.int32
     )
     cat = builder.category_id(category)
     n = schedule.num_steps
     src, dst, red = schedule.src, schedule.dst, schedule.reduce
-    dep_off, dep_idx = schedule.dep_offsets, schedule.dep_indices
-    counts = np.diff(dep_off)
+    counts = schedule.dep_counts
+    dep_idx = schedule.dep_indices.astype(np.int64)  # task ids may pass int32 in a large plan
 
     rank_ready, extra_counts, extra_flat = _outside_edges(builder, schedule, deps, rank_deps, base_label)
     first = builder.num_tasks
@@ -133,15 +134,16 @@ def lower_schedule(
         total_counts, flat = merge_csr(extra_counts, extra_flat, counts, dep_idx + first)
     else:
         total_counts, flat = counts, dep_idx + first
+    del dep_idx
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(total_counts, out=offsets[1:])
     columns: dict[str, np.ndarray] = {
-        "kind": np.full(n, TRANSFER, dtype=np.int8),
+        "kind": constant(n, TRANSFER, np.int8),
         "device": dev_ids[src],
         "dst": dev_ids[dst],
         "size_bytes": schedule.length * float(element_bytes),
         "reduce": red,
-        "category": np.full(n, cat, dtype=np.int64),
+        "category": constant(n, cat, np.int32),
         "label": phase_labels[schedule.phase],
         **_message_columns(schedule, protocol, call_overhead_s, max_rate_Bps),
     }
@@ -174,8 +176,10 @@ def collective_taskgraph(
     are no markers: the collective's time is the makespan. Built straight into the frozen arrays,
     sharing the schedule's arrays where their dtype already matches (read-only by convention),
     because a ring at p = 4096 has 33 million steps and every extra pass over them costs a
-    noticeable fraction of a second. Constant columns are ``np.zeros``, whose pages are never
-    touched. ``protocol``, ``call_overhead_s`` and ``network`` as in :func:`lower_schedule`.
+    noticeable fraction of a second: the int32 ranks are the int32 device ids as they are, the
+    int8 phases the labels, and constant columns (kind, compute columns, a protocol or rate
+    ceiling not given) are :func:`~parplan.taskgraph.constant` views that take no memory. ``protocol``,
+    ``call_overhead_s`` and ``network`` as in :func:`lower_schedule`.
     """
     p = schedule.num_ranks
     message = _message_columns(schedule, protocol, call_overhead_s, max_rate_Bps)
@@ -184,19 +188,19 @@ def collective_taskgraph(
     algorithm = schedule.algorithm
     return TaskGraph(
         devices=tuple(devices),  # device index == rank (switch ranks after the ranks)
-        kind=np.full(n, TRANSFER, dtype=np.int8),
-        device=schedule.src.astype(np.int64, copy=False),
-        dst=schedule.dst.astype(np.int64, copy=False),
+        kind=constant(n, TRANSFER, np.int8),
+        device=schedule.src,  # int32 like the graph's ids: shared, not copied
+        dst=schedule.dst,
         size_bytes=np.multiply(schedule.length, float(element_bytes), dtype=np.float64),
-        seconds=np.zeros(n, dtype=np.float64),
-        flops=np.zeros(n, dtype=np.float64),
+        seconds=constant(n, 0.0, np.float64),
+        flops=constant(n, 0.0, np.float64),
         reduce=schedule.reduce,
-        priority=np.zeros(n, dtype=np.int64),
-        category=np.zeros(n, dtype=np.int64),
-        label=schedule.phase.astype(np.int64, copy=False),
-        protocol=message.get("protocol", np.full(n, NO_PROTOCOL, dtype=np.int8)),
-        overhead_s=message.get("overhead_s", np.zeros(n, dtype=np.float64)),
-        max_rate_Bps=message.get("max_rate_Bps", np.full(n, np.inf)),
+        priority=constant(n, 0, np.int64),
+        category=constant(n, 0, np.int32),
+        label=schedule.phase,  # phase i is label i: shared, not copied
+        protocol=message.get("protocol", constant(n, NO_PROTOCOL, np.int8)),
+        overhead_s=message.get("overhead_s", constant(n, 0.0, np.float64)),
+        max_rate_Bps=message.get("max_rate_Bps", constant(n, float("inf"), np.float64)),
         dep_offsets=schedule.dep_offsets,
         dep_indices=schedule.dep_indices,
         categories=(category_name(schedule),),
@@ -260,11 +264,11 @@ def _message_columns(
         if protocol not in PROTOCOLS:
             raise PlanError(f"unknown protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
         code = PROTOCOLS.index(protocol) + (TREE_STEP if "tree" in schedule.algorithm else 0)
-        columns["protocol"] = np.full(n, code, dtype=np.int8)
+        columns["protocol"] = constant(n, code, np.int8)
     if max_rate_Bps != float("inf"):
         if not max_rate_Bps > 0:
             raise PlanError(f"max_rate_Bps must be > 0, got {max_rate_Bps}")
-        columns["max_rate_Bps"] = np.full(n, float(max_rate_Bps))
+        columns["max_rate_Bps"] = constant(n, float(max_rate_Bps), np.float64)
     if call_overhead_s:
         columns["overhead_s"] = np.where(np.diff(schedule.dep_offsets) == 0, float(call_overhead_s), 0.0)
     return columns
@@ -360,9 +364,9 @@ def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, la
     np.cumsum(counts, out=offsets[1:])
     first = builder.add_block(
         {
-            "kind": np.full(m, MARKER, dtype=np.int8),
-            "category": np.full(m, builder.category_id("marker"), dtype=np.int64),
-            "label": np.full(m, label_id, dtype=np.int64),
+            "kind": constant(m, MARKER, np.int8),
+            "category": constant(m, builder.category_id("marker"), np.int32),
+            "label": constant(m, label_id, np.int32),
         },
         offsets,
         flat,

@@ -14,7 +14,8 @@ def test_ring_1024_structure() -> None:
     s.validate()
     steps = 2 * (p - 1) * p
     assert s.num_steps == steps
-    assert s.src.dtype == np.int32 and s.phase.dtype == np.int8 and s.dep_indices.dtype == np.int64
+    assert s.src.dtype == np.int32 and s.phase.dtype == np.int8 and s.dep_indices.dtype == np.int32
+    assert s.dep_offsets.dtype == np.int32  # compact step indices (issue 15)
     k = np.arange(steps)
     rank, row = k % p, k // p
     np.testing.assert_array_equal(s.src, rank)
@@ -37,3 +38,13 @@ def test_ring_1024_structure() -> None:
     np.testing.assert_array_equal(chunk[last_rs], s.dst[last_rs])
     # Every chunk crosses every ring link once per phase: 2 (p - 1) n elements in all.
     assert int(s.length.sum()) == 2 * (p - 1) * n
+
+
+def test_step_indices_beyond_int32_are_refused() -> None:
+    import dataclasses
+
+    import pytest
+
+    s = ring_all_reduce(2, 4)
+    with pytest.raises(ValueError, match="beyond int32"):
+        dataclasses.replace(s, dep_indices=np.full(len(s.dep_indices), 2**31, dtype=np.int64))

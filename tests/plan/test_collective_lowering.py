@@ -36,7 +36,10 @@ def test_collective_taskgraph_is_the_steps() -> None:
     assert [g.devices[d] for d in g.dst] == [devices[r] for r in s.dst]
     assert g.size_bytes.tolist() == (s.length * 2.0).tolist()
     assert g.reduce.tolist() == s.reduce.tolist()
-    assert g.device.dtype == np.int64 and g.label.dtype == np.int64
+    assert g.device.dtype == np.int32 and g.label.dtype == np.int8  # compact ids (issue 15)
+    assert np.shares_memory(g.device, s.src) and np.shares_memory(g.dst, s.dst)  # not copied
+    assert np.shares_memory(g.label, s.phase)
+    assert g.seconds.strides == (0,) and g.max_rate_Bps.strides == (0,)  # unused: no memory
     assert [g.labels[x] for x in g.label[:4]] == ["ring:reduce_scatter"] * 4
     assert g.meta["collective"] == {"algorithm": "ring", "kind": "all_reduce", "ranks": 4, "size_bytes": 20.0}
 
