@@ -182,7 +182,8 @@ def ring_orders(
 ) -> list[list[int]]:
     """The rank order of each channel's ring: ``0 .. p-1`` without groups, else the groups in the
     order given, each rotated to start at its member ``c mod len(group)`` for channel ``c`` and
-    every other group visited backwards (:func:`_group_visit`). Raises :class:`CollectiveError` when ``groups`` do not partition the ranks."""
+    every other group visited backwards (:func:`_group_visit`). Raises :class:`CollectiveError`
+    when ``groups`` do not partition the ranks."""
     if groups is None:
         return [list(range(num_ranks))] * channels
     resolved = resolve_groups(num_ranks, groups)
