@@ -26,8 +26,6 @@ from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCh
 from parplan.api.knobs import algorithm_problem
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.auto import AutoAlgorithm
-from parplan.collectives.auto_collectives import choose_for
-from parplan.collectives.nccl_search import NcclSystem
 from parplan.collectives.registry import algorithms, get, resolve, schedules
 from parplan.collectives.schedule import COLLECTIVES
 from parplan.collectives.specs import parse_algorithm
@@ -35,6 +33,7 @@ from parplan.config.units import format_bytes
 from parplan.engine.analytic import collective_time
 from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError, ParplanError, UsageError
+from parplan.plan.collective import CollectiveRun, resolve_run
 from parplan.taskgraph import TaskGraph
 from parplan.topology.network import Network
 
@@ -354,55 +353,30 @@ def _closed_form(
     )
 
 
-def resolve_auto(
-    spec: AlgorithmSpecBase,
-    size_bytes: float,
-    system: NcclSystem | None,
-    protocol: str | None = None,
-    collective: str = "all_reduce",
-) -> tuple[AlgorithmSpecBase, str | None, str | None, float]:
-    """The schedule to simulate for ``spec`` at ``size_bytes``, its protocol and what to call it:
-    ``auto`` asks NCCL's tuner (:func:`parplan.collectives.auto_collectives.choose_for`, for any
-    ``collective``); another algorithm runs as it is, with ``protocol`` when one is forced (and
-    only then is it named). The last item is the payload rate ceiling of one channel's transfers
-    (``inf``: none)."""
-    if isinstance(spec, AutoAlgorithm):
-        if protocol is not None and spec.protocol is None:
-            spec = spec.model_copy(update={"protocol": protocol})
-        choice = choose_for(spec, system, size_bytes, algorithms(collective), collective)
-        return choice.spec, choice.protocol, choice.label, choice.channel_rate_Bps
-    label = None if protocol is None else f"{spec.name}/{protocol}"
-    return spec, protocol, label, math.inf
-
-
 def _simulate(
     network: Network,
     devices: Sequence[str],
-    spec: AlgorithmSpecBase,
+    run: CollectiveRun,
     count: int,
     element_bytes: int,
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
     collective: str = "all_reduce",
-    protocol: str | None = None,
-    max_rate_Bps: float = math.inf,
 ) -> tuple[SimResult, TaskGraph]:
-    """The algorithm's schedule of ``count`` elements lowered onto ``devices`` and simulated, with
-    its protocol (NCCL's LL / LL128 / Simple under the ``nccl`` transport), per-channel rate ceiling
+    """The run's schedule of ``count`` elements lowered onto ``devices`` and simulated, with its
+    protocol (NCCL's LL / LL128 / Simple under the ``nccl`` transport), per-channel rate ceiling
     and per-call cost."""
     from parplan.engine.simulate import simulate
-    from parplan.plan.collective import call_overhead_s, collective_taskgraph
+    from parplan.plan.collective import collective_taskgraph
 
-    found = get(spec.name, collective)
-    schedule = found.build(spec, len(devices), count, groups)
-    call_s = call_overhead_s(network.transport, spec.name, protocol)
+    schedule = get(run.spec.name, collective).build(run.spec, len(devices), count, groups)
     graph = collective_taskgraph(
         schedule,
         devices,
         element_bytes,
-        protocol=protocol,
-        call_overhead_s=call_s,
-        max_rate_Bps=max_rate_Bps,
+        protocol=run.protocol,
+        call_overhead_s=run.call_overhead_s,
+        max_rate_Bps=run.max_rate_Bps,
         network=network,
     )
     return simulate(graph, network, gamma_s_per_byte=gamma_s_per_byte), graph
@@ -465,10 +439,10 @@ def collective_sweep(
             else:
                 if progress is not None:
                     progress(f"{label} {size_bytes:.0f} B")
-                run, proto, name, cap = resolve_auto(spec, size_bytes, system, protocol, collective)
+                run = resolve_run(spec, size_bytes, system, network.transport, protocol, collective)
+                name = run.chosen
                 result, graph = _simulate(
-                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, collective,
-                    proto, cap,
+                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, collective
                 )
                 t = result.makespan_s
                 if trace and (size_bytes, count) == sizes[-1]:
@@ -521,8 +495,9 @@ def _check(
     if fit.steps <= CHECK_STEP_BUDGET:
         if progress is not None:
             progress(f"checking {fit.algorithm} {row.size_bytes:.0f} B")
+        run = CollectiveRun.as_named(spec, network.transport)
         result, _ = _simulate(
-            network, devices, spec, row.count, element_bytes, groups, gamma_s_per_byte, collective
+            network, devices, run, row.count, element_bytes, groups, gamma_s_per_byte, collective
         )
         simulated = result.makespan_s
     return AnalyticCheck(fit.algorithm, row.size_bytes, row.time_s, simulated, fit.assumes, fit.reason)

@@ -38,6 +38,7 @@ several equally good paths (a GPU with several NICs).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,8 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.collectives._build import merge_csr
+from parplan.collectives.algorithm import AlgorithmSpecBase
+from parplan.collectives.nccl_search import NcclSystem
 from parplan.collectives.nccl_tables import BASE_LATENCY_US, HW_LATENCY_US
 from parplan.collectives.schedule import Schedule
 from parplan.config.cluster import TransportCosts
@@ -251,6 +254,53 @@ def call_overhead_s(transport: TransportCosts, algorithm: str, protocol: str | N
         row = BASE_LATENCY_US["tree" if "tree" in algorithm else "ring"]
         cost += row[index] * 1e-6
     return cost
+
+
+@dataclass(frozen=True)
+class CollectiveRun:
+    """What one call of a collective runs at one size: the schedule's spec, its protocol, the name
+    reports show for ``auto``'s choice or a forced protocol (None: the spec's own label), each
+    channel's payload rate ceiling (``inf``: none) and the per-call cost."""
+
+    spec: AlgorithmSpecBase
+    protocol: str | None
+    chosen: str | None
+    max_rate_Bps: float
+    call_overhead_s: float
+
+    @classmethod
+    def as_named(
+        cls, spec: AlgorithmSpecBase, transport: TransportCosts, protocol: str | None = None
+    ) -> CollectiveRun:
+        """``spec`` run as it is (no tuner), with ``protocol`` when one is forced (and only then
+        named), no rate ceiling and the transport's per-call cost."""
+        label = None if protocol is None else f"{spec.name}/{protocol}"
+        return cls(spec, protocol, label, math.inf, call_overhead_s(transport, spec.name, protocol))
+
+
+def resolve_run(
+    spec: AlgorithmSpecBase,
+    size_bytes: float,
+    system: NcclSystem | None,
+    transport: TransportCosts,
+    protocol: str | None = None,
+    collective: str = "all_reduce",
+) -> CollectiveRun:
+    """The run of ``spec`` at ``size_bytes``: ``auto`` asks NCCL's tuner on ``system``
+    (:func:`parplan.collectives.auto_collectives.choose_for`, for any ``collective``); another
+    algorithm runs as it is, with ``protocol`` when one is forced (and only then is it named).
+    ``parplan collective`` and data-parallel buckets both time a call this way."""
+    from parplan.collectives.auto import AutoAlgorithm
+    from parplan.collectives.auto_collectives import choose_for
+    from parplan.collectives.registry import algorithms
+
+    if isinstance(spec, AutoAlgorithm):
+        if protocol is not None and spec.protocol is None:
+            spec = spec.model_copy(update={"protocol": protocol})
+        choice = choose_for(spec, system, size_bytes, algorithms(collective), collective)
+        cost = call_overhead_s(transport, choice.spec.name, choice.protocol)
+        return CollectiveRun(choice.spec, choice.protocol, choice.label, choice.channel_rate_Bps, cost)
+    return CollectiveRun.as_named(spec, transport, protocol)
 
 
 def _message_columns(

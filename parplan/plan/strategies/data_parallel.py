@@ -48,9 +48,9 @@ weight each replica by its slowest device (a pipeline runs at its slowest stage'
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.schedule import Schedule
@@ -69,6 +69,9 @@ from parplan.plan.strategies.model_parallel import (
 )
 from parplan.runtime.batching import speed_shares
 from parplan.taskgraph import TaskGraphBuilder
+
+if TYPE_CHECKING:
+    from parplan.plan.collective import CollectiveRun
 
 
 def round_robin_sizes(samples: int, replicas: int) -> list[int]:
@@ -158,7 +161,7 @@ def allreduce_buckets(
     pick = _BucketAlgorithm(ctx, devices, algorithm)
     for k, bucket in enumerate(buckets):
         elements = max(1, round(bucket.params))
-        run = pick.at(elements * element_bytes)
+        run, name = pick.at(elements * element_bytes)
         sched = schedules.get((run.spec, elements))
         if sched is None:
             sched = schedules[(run.spec, elements)] = get(run.spec.name).build(run.spec, n, elements, groups)
@@ -181,7 +184,7 @@ def allreduce_buckets(
         infos.append(
             CollectiveInfo(
                 label=f"{label} bucket{k}",
-                algorithm=run.label,
+                algorithm=name,
                 size_bytes=elements * element_bytes,
                 num_ranks=n,
                 first_task=first,
@@ -191,59 +194,36 @@ def allreduce_buckets(
     return [p[0] for p in previous] if buckets else [], infos
 
 
-@dataclass(frozen=True)
-class _BucketRun:
-    """What one bucket's all-reduce runs: the schedule's spec, protocol, per-call cost, the
-    per-channel rate ceiling and the name reports show."""
-
-    spec: AlgorithmSpecBase
-    protocol: str | None
-    call_overhead_s: float
-    max_rate_Bps: float
-    label: str
-
-
 class _BucketAlgorithm:
-    """The aggregation algorithm per bucket size: ``auto`` asks NCCL's tuner on the system the
+    """The aggregation algorithm per bucket size, timed as ``parplan collective`` times a call
+    (:func:`parplan.plan.collective.resolve_run`): ``auto`` asks NCCL's tuner on the system the
     replicas form (:mod:`parplan.topology.nccl_system`) for the schedule, protocol and channels
-    at each bucket's size, as ``parplan collective`` does; any other algorithm runs as named.
-    Every call pays the cluster transport's per-call cost (zero under ``ideal``)."""
+    at each bucket's size; any other algorithm runs as named. Every call pays the cluster
+    transport's per-call cost (zero under ``ideal``)."""
 
     def __init__(self, ctx: PlanContext, devices: Sequence[str], algorithm: AlgorithmSpecBase) -> None:
         from parplan.collectives.auto import AutoAlgorithm
         from parplan.collectives.registry import get
 
-        self._ctx, self._algorithm = ctx, algorithm
-        self._auto = isinstance(algorithm, AutoAlgorithm)
+        self._transport = ctx.network.transport
+        self._algorithm = algorithm
         self._system = None
-        if self._auto:
+        if isinstance(algorithm, AutoAlgorithm):
             from parplan.topology.nccl_system import nccl_system
 
             self._system = nccl_system(ctx.network, list(devices))
         self._label = get(algorithm.name).label(algorithm)
-        self._cache: dict[float, _BucketRun] = {}
+        self._cache: dict[float, tuple[CollectiveRun, str]] = {}
 
-    def at(self, size_bytes: float) -> _BucketRun:
-        """The run of a bucket of ``size_bytes``."""
-        run = self._cache.get(size_bytes)
-        if run is None:
-            run = self._cache[size_bytes] = self._choose(size_bytes)
-        return run
+    def at(self, size_bytes: float) -> tuple[CollectiveRun, str]:
+        """The run of a bucket of ``size_bytes`` and the name reports show for it."""
+        found = self._cache.get(size_bytes)
+        if found is None:
+            from parplan.plan.collective import resolve_run
 
-    def _choose(self, size_bytes: float) -> _BucketRun:
-        from parplan.collectives.auto import AutoAlgorithm
-        from parplan.collectives.auto_collectives import choose_for
-        from parplan.collectives.registry import algorithms
-        from parplan.plan.collective import call_overhead_s
-
-        transport = self._ctx.network.transport
-        if not self._auto:
-            spec = self._algorithm
-            return _BucketRun(spec, None, call_overhead_s(transport, spec.name, None), math.inf, self._label)
-        assert isinstance(self._algorithm, AutoAlgorithm)
-        choice = choose_for(self._algorithm, self._system, size_bytes, algorithms("all_reduce"), "all_reduce")
-        cost = call_overhead_s(transport, choice.spec.name, choice.protocol)
-        return _BucketRun(choice.spec, choice.protocol, cost, choice.channel_rate_Bps, choice.label)
+            run = resolve_run(self._algorithm, size_bytes, self._system, self._transport)
+            found = self._cache[size_bytes] = (run, run.chosen or self._label)
+        return found
 
 
 def _replica_devices(ctx: PlanContext, strategy: DataParallelStrategy) -> list[str]:
