@@ -142,11 +142,12 @@ def load_emulated_hosts(cluster_path: str | Path) -> list[EmulatedHostSpec]:
 
 
 @contextlib.contextmanager
-def emulated_hosts(cluster_path: str | Path, *, delay_method: str = "auto") -> Iterator[list[HostSlot]]:
-    """The host slots of an emulated copy of a cluster file, torn down on leaving: what
-    ``parplan measure --emulate CLUSTER`` launches its ranks on. ``delay_method``: see
-    :func:`~parplan.runtime.netns.emulated_network`."""
-    hosts = load_emulated_hosts(cluster_path)
+def emulated_hosts(
+    hosts: Sequence[EmulatedHostSpec], *, delay_method: str = "auto"
+) -> Iterator[list[HostSlot]]:
+    """The host slots of an emulated cluster (:func:`load_emulated_hosts` of a cluster file), torn
+    down on leaving: what ``parplan measure --emulate CLUSTER`` launches its ranks on.
+    ``delay_method``: see :func:`~parplan.runtime.netns.emulated_network`."""
     with emulated_network(hosts, delay_method=delay_method) as cluster:
         yield cluster.slots
 

@@ -23,12 +23,15 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from parplan.api.collective import ELEMENT_BYTES, bus_factor, default_algorithm, sweep_sizes
 from parplan.errors import ParplanError, UsageError
 from parplan.runtime.hosts import HostSlot, local_host
 from parplan.runtime.launch import Rendezvous, launch, require_torch
+
+if TYPE_CHECKING:
+    from parplan.runtime.netns import EmulatedHostSpec
 
 BACKEND = "backend"
 """The algorithm name of the backend's own collective."""
@@ -309,27 +312,20 @@ def measure(
     return measure_on_hosts([host], request, cluster=cluster, rendezvous=rendezvous)
 
 
-def emulated_ranks(cluster: str | Path) -> int:
-    """The ranks an emulated copy of ``cluster`` runs (one per device of each host): what
-    ``--emulate`` measures on, checked before anything is built."""
-    from parplan.api.emulate import load_emulated_hosts
-
-    return sum(h.nproc for h in load_emulated_hosts(cluster))
-
-
 def measure_emulated(
-    request: MeasureRequest, cluster: str | Path, *, predict_on: str | Path | None = None,
-    delay_method: str = "auto",
+    request: MeasureRequest, cluster: str | Path, hosts: Sequence[EmulatedHostSpec], *,
+    predict_on: str | Path | None = None, delay_method: str = "auto",
 ) -> Measurement:  # fmt: skip
-    """``parplan measure --emulate CLUSTER``: build ``cluster`` as network namespaces on this
-    machine (:func:`~parplan.api.emulate.emulated_hosts`, torn down on every exit), run the ranks
-    on its hosts and predict every row on the same file (or on ``predict_on``): the emulated
-    cluster is the hardware the file describes, so the error is the model's."""
+    """``parplan measure --emulate CLUSTER``: build ``cluster``'s ``hosts`` (loaded once by the
+    caller with :func:`~parplan.api.emulate.load_emulated_hosts`, which also gives the rank count
+    to check first) as network namespaces on this machine (torn down on every exit), run the ranks
+    on them and predict every row on the same file (or on ``predict_on``): the emulated cluster is
+    the hardware the file describes, so the error is the model's."""
     from parplan.api.emulate import emulated_hosts
 
     require_torch()  # before building namespaces: without torch nothing runs on them
-    with emulated_hosts(cluster, delay_method=delay_method) as hosts:
-        return measure_on_hosts(hosts, request, cluster=predict_on if predict_on is not None else cluster)
+    with emulated_hosts(hosts, delay_method=delay_method) as slots:
+        return measure_on_hosts(slots, request, cluster=predict_on if predict_on is not None else cluster)
 
 
 MAX_STEP_PARAMETERS = 64 * 2**20

@@ -151,7 +151,7 @@ def measure(
     inputs = [p for p in (cluster, emulate) if p is not None]
     check_outputs(outputs, files_only=("--nccl-tests",), inputs=inputs)
 
-    from parplan.api.measure import default_ranks, emulated_ranks, measure, measure_emulated, measure_request
+    from parplan.api.measure import default_ranks, measure, measure_emulated, measure_request
 
     rendezvous = _rendezvous(nnodes, node_rank, rdzv_endpoint)
     if emulate is not None and rendezvous is not None:
@@ -162,8 +162,12 @@ def measure(
             raise typer.BadParameter("--step runs on loopback: drop --emulate", param_hint="--step")
         _measure_step(step, ranks, cluster, iters, warmup_iters, timeout, json_path, outputs)
         return
+    emulated = None
     if emulate is not None:
-        hosted = emulated_ranks(emulate)
+        from parplan.api.emulate import load_emulated_hosts
+
+        emulated = load_emulated_hosts(emulate)
+        hosted = sum(h.nproc for h in emulated)
         if ranks is not None and ranks != hosted:
             raise typer.BadParameter(f"{emulate} emulates {hosted} ranks, got {ranks}", param_hint="--ranks")
         ranks = hosted
@@ -183,8 +187,9 @@ def measure(
         backend=backend,
         timeout_s=timeout,
     )
-    if emulate is not None:
-        result = measure_emulated(request, emulate, predict_on=cluster, delay_method=delay)
+    if emulated is not None:
+        assert emulate is not None
+        result = measure_emulated(request, emulate, emulated, predict_on=cluster, delay_method=delay)
     else:
         result = measure(request, ranks=local, cluster=cluster, rendezvous=rendezvous)
     if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):

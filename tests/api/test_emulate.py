@@ -138,7 +138,7 @@ def test_a_command_learns_the_cluster_from_its_environment() -> None:
 @pytest.mark.netns
 @needs_netns
 def test_emulated_hosts_yields_slots_a_launcher_can_run_on_and_tears_down() -> None:
-    with emulated_hosts(CLUSTERS / "switch-4hosts.yaml", delay_method="off") as slots:
+    with emulated_hosts(load_emulated_hosts(CLUSTERS / "switch-4hosts.yaml"), delay_method="off") as slots:
         assert [(s.name, s.nproc, s.ifname) for s in slots] == [(f"h{i}", 1, "pp0") for i in range(4)]
         prefix = slots[0].wrapper[-1].rsplit("h0", 1)[0]
         ran = subprocess.run(
