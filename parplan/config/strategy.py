@@ -221,6 +221,124 @@ class DataParallelStrategy(Spec):
         return tuple(tuple(flat[r * width : (r + 1) * width]) for r in range(self.num_replicas))
 
 
+ParallelAxis = Literal["tp", "cp", "ep", "dp", "pp"]
+"""An axis of a sharded plan's device mesh (tensor, context, expert, data, pipeline parallel)."""
+
+DEFAULT_PLACEMENT: tuple[ParallelAxis, ...] = ("tp", "cp", "pp", "dp")
+"""Mesh axes innermost first: TP inside a node (NVLink), then CP, PP across nodes, DP outermost.
+Expert parallelism is carved out of DP (and CP) ranks, as Megatron-Core does, so it is no axis of
+its own here unless a placement names it."""
+
+
+class ShardedStrategy(Spec):
+    """A transformer sharded the ways LLM teams run it: a device mesh of data (``dp``), tensor
+    (``tp``, Megatron column/row split; ``sequence_parallel``), pipeline (``pp``, with
+    ``virtual_stages`` for interleaving), context (``cp``, ring attention) and expert (``ep``)
+    parallelism, with ZeRO or FSDP sharding of the model state and activation recomputation.
+
+    The plan uses ``dp x tp x pp x cp`` devices (``dp`` defaults to what the cluster has left); the
+    scenario's global batch is split into ``dp`` shards of ``microbatch_size``-sample micro-batches,
+    ``global_batch / (dp x microbatch_size)`` of them per pipeline. ``placement`` orders the mesh
+    axes innermost first over the cluster's devices (or ``devices``) in their order.
+    """
+
+    kind: Literal["sharded"]
+    dp: int | None = Field(
+        default=None, ge=1, description="data-parallel degree (default: the devices left by tp x pp x cp)"
+    )
+    tp: int = Field(default=1, ge=1, description="tensor-parallel degree (Megatron column/row split)")
+    pp: int = Field(default=1, ge=1, description="pipeline stages")
+    cp: int = Field(default=1, ge=1, description="context-parallel degree (ring attention over the sequence)")
+    ep: int = Field(
+        default=1, ge=1, description="expert-parallel degree: experts split over ep ranks of dp x cp"
+    )
+    sequence_parallel: bool = Field(
+        default=False,
+        description="shard layer norms and dropout over the TP group (reduce-scatter + all-gather "
+        "instead of all-reduce; activations saved / tp)",
+    )
+    virtual_stages: int = Field(
+        default=1, ge=1, description="model chunks per pipeline stage (interleaved 1F1B when > 1)"
+    )
+    schedule: ScheduleName = Field(
+        default="1f1b", description="pipeline schedule; 'interleaved_1f1b' with virtual_stages > 1"
+    )
+    microbatch_size: int = Field(default=1, ge=1, description="samples (sequences) per micro-batch")
+    recompute: Literal["none", "selective", "full"] = Field(
+        default="none",
+        description="activation recomputation: none; selective (attention core, Korthikanti et al. "
+        "2022); full (every layer's forward again in backward)",
+    )
+    zero: Literal[0, 1, 2, 3] = Field(
+        default=0,
+        description="ZeRO stage over the data-parallel group: 1 shards optimizer state, 2 also "
+        "gradients, 3 also parameters",
+    )
+    fsdp: Literal["none", "full_shard", "shard_grad_op", "hybrid_shard"] = Field(
+        default="none",
+        description="PyTorch FSDP sharding (exclusive with zero): full_shard ~ ZeRO-3, "
+        "shard_grad_op ~ ZeRO-2, hybrid_shard: full_shard inside shard_group, replicated across",
+    )
+    shard_group: int | None = Field(
+        default=None,
+        ge=1,
+        description="devices one hybrid_shard shard spans (default: the data-parallel ranks of one node)",
+    )
+    dtype: Literal["fp32", "tf32", "bf16", "fp16", "fp8"] = Field(
+        default="bf16", description="the precision the matmuls run in (sets the device's peak)"
+    )
+    flash_attention: bool = Field(
+        default=True, description="fused attention: scores never written to memory, recomputed in backward"
+    )
+    tp_comm_overlap: bool = Field(
+        default=False, description="overlap TP communication with the GEMMs (async TP / userbuffers)"
+    )
+    capacity_factor: float = Field(
+        default=1.0, gt=0, le=16, description="MoE expert capacity over the even share of tokens"
+    )
+    aggregation: AggregationSpec = Field(
+        default_factory=AggregationSpec,
+        description="gradient reduction over the data-parallel group: algorithm, buckets, overlap",
+    )
+    placement: tuple[ParallelAxis, ...] = Field(
+        default=DEFAULT_PLACEMENT,
+        description="mesh axes innermost first over the devices in order (default: tp, cp, pp, dp)",
+    )
+    devices: tuple[str, ...] | None = Field(
+        default=None, description="the devices the mesh runs on, in order (default: the cluster's)"
+    )
+
+    @field_validator("placement")
+    @classmethod
+    def _placement_axes(cls, placement: tuple[str, ...]) -> tuple[str, ...]:
+        dupes = sorted({a for a in placement if placement.count(a) > 1})
+        if dupes:
+            raise ValueError(f"axes named twice: {', '.join(dupes)}")
+        missing = [a for a in ("tp", "cp", "pp", "dp") if a not in placement]
+        if missing:
+            raise ValueError(f"placement must name every axis of tp, cp, pp, dp; missing: {', '.join(missing)}")
+        return placement
+
+    @field_validator("fsdp")
+    @classmethod
+    def _one_sharding(cls, fsdp: str, info: ValidationInfo) -> str:
+        if fsdp != "none" and info.data.get("zero", 0) != 0:
+            raise ValueError(f"fsdp ({fsdp}) and zero ({info.data['zero']}) both shard the model state; give one")
+        return fsdp
+
+    @field_validator("virtual_stages")
+    @classmethod
+    def _virtual_needs_pipeline(cls, virtual_stages: int, info: ValidationInfo) -> int:
+        pp = info.data.get("pp", 1)
+        if virtual_stages > 1 and pp == 1:
+            raise ValueError("virtual_stages > 1 needs a pipeline (pp > 1)")
+        return virtual_stages
+
+    def model_parallel_size(self) -> int:
+        """Devices one data-parallel replica spans: ``tp x pp x cp``."""
+        return self.tp * self.pp * self.cp
+
+
 class AllSelection(Spec):
     """Every client takes part in every round."""
 
@@ -381,7 +499,8 @@ StrategySpec = Annotated[
     | ModelParallelStrategy
     | FederatedStrategy
     | PopulationBasedStrategy
-    | CustomStrategy,
+    | CustomStrategy
+    | ShardedStrategy,
     Field(discriminator="kind"),
 ]
 """Any strategy; ``kind`` selects the class (a missing ``kind`` is filled in as ``local`` by the loader)."""
@@ -393,4 +512,5 @@ STRATEGY_KINDS: tuple[str, ...] = (
     "federated",
     "population_based",
     "custom",
+    "sharded",
 )
