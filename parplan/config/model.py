@@ -165,12 +165,24 @@ ModelGenerator = Annotated[TransformerGenerator | MLPGenerator, Field(discrimina
 
 
 class ModelSpec(Spec):
-    """A model: explicit ``nodes`` (and ``edges``) or a ``generator``."""
+    """A model: explicit ``nodes`` (and ``edges``), a ``generator`` (possibly made from a Hugging
+    Face ``hf_config``), or a ``torch_module`` traced when the model is built."""
 
     name: str = "model"
     description: str | None = None
     generator: ModelGenerator | None = None
     nodes: tuple[ModelNodeSpec, ...] = ()
+    hf_config: str | None = Field(
+        default=None,
+        description="a Hugging Face config.json (relative to this file) the generator is made from; "
+        "generator keys beside it (seq_len, ...) override",
+    )
+    torch_module: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="'package.module:function' of an installed module returning (torch module, "
+        "example input), traced on the meta device (needs the torch extra)",
+    )
     edges: tuple[tuple[str, str], ...] | None = Field(
         default=None, description="[from, to] pairs; default: a chain in the order of nodes"
     )
@@ -210,7 +222,10 @@ class ModelSpec(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
-        if (self.generator is None) == (not self.nodes):
+        if self.torch_module is not None:
+            if self.generator is not None or self.nodes:
+                raise ValueError("give torch_module alone, without nodes or a generator")
+        elif (self.generator is None) == (not self.nodes):
             if self.generator is None:
                 raise ValueError("a model needs either nodes or a generator")
             raise ValueError("give either nodes or a generator, not both")

@@ -28,6 +28,7 @@ import networkx as nx
 
 from parplan.config.model import MLPGenerator, ModelNodeSpec, ModelSpec, TransformerGenerator
 from parplan.errors import ModelError
+from parplan.model.transformer import activation_coefficients, shape_of_generator
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,6 +122,11 @@ def build_model(spec: ModelSpec) -> ModelGraph:
         sequence_length = gen.sequence_length
     elif isinstance(gen, MLPGenerator):
         nodes = mlp_nodes(gen, spec.bytes_per_activation_element)
+        edges = _chain(nodes)
+    elif spec.torch_module is not None:
+        from parplan.model.trace import traced_nodes  # imports torch only for such a model
+
+        nodes = traced_nodes(spec)
         edges = _chain(nodes)
     else:
         if not spec.nodes:
@@ -255,8 +261,6 @@ def block_saved_activation_bytes(
     newer fields generalise each term (:func:`parplan.model.transformer.activation_coefficients`):
     ``ffn_hidden``, SwiGLU, grouped-query attention, MoE blocks, no dropout.
     """
-    from parplan.model.transformer import activation_coefficients, shape_of_generator
-
     h, s, a = gen.hidden, gen.sequence_length, gen.heads
     if _is_gpt_block(gen):
         return s * h * (34.0 + 5.0 * a * s / h) * bytes_per_element / 2.0
@@ -281,12 +285,11 @@ def transformer_params(gen: TransformerGenerator) -> float:
 
     ``P`` is the learned position table (``max_positions``, default ``S``; none with RoPE/ALiBi).
     """
-    return sum(block_params(gen, i) for i in _distinct_layers(gen)) + embedding_params(gen) + head_params(gen)
-
-
-def _distinct_layers(gen: TransformerGenerator) -> list[int]:
-    """Every layer index (blocks differ only with MoE); kept as a list for the sum's order."""
-    return list(range(gen.layers))
+    if gen.is_moe:
+        blocks = sum(block_params(gen, i) for i in range(gen.layers))
+    else:
+        blocks = gen.layers * block_params(gen)
+    return blocks + embedding_params(gen) + head_params(gen)
 
 
 def embedding_params(gen: TransformerGenerator) -> float:

@@ -40,8 +40,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from parplan.config.model import TransformerGenerator
+
 if TYPE_CHECKING:
-    from parplan.config.model import TransformerGenerator
     from parplan.model.graph import ModelGraph
 
 OpKind = Literal["gemm", "attention", "elementwise", "norm", "embedding", "loss"]
@@ -216,8 +217,6 @@ def shape_of_generator(gen: TransformerGenerator, bytes_per_element: float = 2.0
 
 def shape_of(model: ModelGraph) -> TransformerShape | None:
     """The transformer a model graph was generated from; ``None`` when it is not a transformer."""
-    from parplan.config.model import TransformerGenerator
-
     gen = model.spec.generator
     if not isinstance(gen, TransformerGenerator):
         return None

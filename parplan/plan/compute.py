@@ -19,7 +19,8 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   sharded transformer of :mod:`parplan.model.transformer`): an op takes
   ``max(FLOPs / (peak[dtype] x matmul_efficiency(m, n, k) x speed), bytes / (bandwidth x``
   :data:`MEMORY_EFFICIENCY` ``x speed)) +`` :data:`KERNEL_LAUNCH_S`. GEMMs and attention run at the
-  dtype's tensor peak; memory-bound kernels (norms, activations, losses) at the fp32 vector peak.
+  dtype's tensor peak (fused attention at :data:`ATTENTION_EFFICIENCY` of a GEMM's rate);
+  memory-bound kernels (norms, activations, losses) at the fp32 vector peak.
   The GEMM efficiency is ``max x F / (F + half)`` for ``F = 2mnk`` (small GEMMs cannot fill the
   device), times the wave quantisation of 128 x 128 output tiles over the SMs once a GEMM has more
   tiles than SMs (the last wave runs partly empty). This path is separate from the whole-model
@@ -69,6 +70,10 @@ DEFAULT_MATMUL_MAX_EFFICIENCY = 0.8
 DEFAULT_MATMUL_HALF_FLOPS = 2e9
 """GEMM size (``2 m n k`` FLOPs) at half the maximum efficiency when the device does not say
 (a 1024^3 GEMM: tens of microseconds of work cannot fill a large GPU)."""
+
+ATTENTION_EFFICIENCY = 0.8
+"""A fused attention kernel's rate over a GEMM's of the same shape (FlashAttention-2 reaches about
+70% of an A100's peak forward where cuBLAS reaches 85%; FlashAttention-3 on H100 comes closer)."""
 
 GEMM_TILE = 128
 """Output tile edge used for wave quantisation."""
@@ -224,6 +229,8 @@ def op_seconds(device: DeviceInfo, op: Op, dtype: str, *, backward: bool = False
             rate *= matmul_efficiency(device, *op.gemm_mnk)
         else:
             rate *= device.matmul_max_efficiency or DEFAULT_MATMUL_MAX_EFFICIENCY
+        if op.kind == "attention":
+            rate *= ATTENTION_EFFICIENCY
     else:
         rate = device.peak_for("fp32") or device.peak_flop_per_s
     compute_s = flops / (rate * speed) if flops > 0.0 else 0.0

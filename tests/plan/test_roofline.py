@@ -153,3 +153,13 @@ def test_a_gpt3_block_on_h100_is_gemm_bound_and_plausible() -> None:
     # a Megatron GPT-3 block (TP 8) reaches 50-75% of the bf16 peak in forward
     assert 0.5 < flops / forward / 989.4e12 < 0.75
     assert 1.8 < backward / forward < 2.5
+
+
+def test_fused_attention_runs_below_a_gemm_of_its_shape() -> None:
+    from parplan.plan.compute import ATTENTION_EFFICIENCY
+
+    d = device(type="H100-SXM")
+    gemm = Op("g", "gemm", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.0, 2.0)
+    attn = Op("a", "attention", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.5, 2.0)
+    ratio = (op_seconds(d, attn, "bf16") - KERNEL_LAUNCH_S) / (op_seconds(d, gemm, "bf16") - KERNEL_LAUNCH_S)
+    assert ratio == pytest.approx(1 / ATTENTION_EFFICIENCY)
