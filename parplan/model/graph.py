@@ -17,6 +17,11 @@ heads, ``f`` FFN multiplier, ``b`` bytes per activation element; all per sample,
 
 For ``layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257`` this gives 1.315 B parameters,
 the GPT-3 "XL" (1.3B) model; :func:`transformer_params` is the closed form.
+
+The generator's other fields (grouped-query attention, SwiGLU, RMSNorm, no biases, RoPE/ALiBi, MoE
+blocks, a counted final norm) generalise each term; :func:`block_params`,
+:func:`block_forward_flops` and :func:`block_saved_activation_bytes` say how, and reduce to the
+formulas above for the defaults. A ``torch_module`` model is traced by :mod:`parplan.model.trace`.
 """
 
 from __future__ import annotations
