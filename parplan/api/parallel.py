@@ -153,12 +153,36 @@ def connect_ray(address: str | None = None) -> Any:
 
     if ray.is_initialized():
         return ray
+    if address:
+        _check_reachable(address)
     try:
         ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError... by case
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
         raise BackendError(f"cannot reach {where}: {_first_line(exc)}") from None
     return ray
+
+
+CONNECT_TIMEOUT_S = 5.0
+"""How long to wait for a Ray cluster's head to accept a connection before giving up (Ray's own
+client keeps retrying an address that does not answer for minutes)."""
+
+
+def _check_reachable(address: str) -> None:
+    """Raise :class:`BackendError` unless ``host:port`` (optionally ``ray://host:port``) accepts a
+    TCP connection; ``auto`` and other forms are left to Ray."""
+    import socket
+
+    host_port = address.split("://", 1)[-1]
+    host, sep, port = host_port.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BackendError(f"cannot reach the Ray cluster at {address}: {reason}") from None
 
 
 def _first_line(exc: BaseException) -> str:
