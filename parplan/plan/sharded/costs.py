@@ -52,8 +52,9 @@ class ChunkWork:
     ``backward_comm`` are the TP/SP/CP/EP calls in the order they run (``recompute ...`` calls of
     full recomputation first in backward). ``params`` are what this device holds for the chunk
     after TP/EP splits, before ZeRO/FSDP (``expert_params`` of them are expert weights).
-    ``attention_forward_s`` is the forward time of the attention cores (what CP's ring hides
-    behind); ``layer_comm`` the calls of each block (forward and backward) for a per-layer builder.
+    ``attention_forward_s`` / ``attention_backward_s`` are the times of the attention cores (what
+    CP's ring hides behind); ``layer_comm`` the calls of each block (forward and backward), for a
+    builder that works layer by layer.
     """
 
     layers: tuple[str, ...]
@@ -65,6 +66,7 @@ class ChunkWork:
     params: float
     expert_params: float = 0.0
     attention_forward_s: float = 0.0
+    attention_backward_s: float = 0.0
     layer_comm: tuple[LayerComm, ...] = ()
 
 
@@ -132,19 +134,6 @@ def split_layers(layers: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def is_moe_layer(shape: TransformerShape, layer: int) -> bool:
-    """Whether block ``layer`` is a mixture-of-experts block (Megatron's ``moe_layer_freq``)."""
-    return shape.experts > 1 and layer % max(1, shape.moe_every) == 0  # type: ignore[no-any-return, unused-ignore]  # until the transformer model lands
-
-
-def expert_params(shape: TransformerShape, layer: int) -> float:
-    """The expert FFN weights of block ``layer`` (every expert; 0 for a dense block)."""
-    if not is_moe_layer(shape, layer):
-        return 0.0
-    matrices = 3.0 if shape.activation == "swiglu" else 2.0
-    return float(shape.experts) * matrices * shape.hidden * shape.moe_ffn_hidden  # type: ignore[no-any-return, unused-ignore]  # until the transformer model lands
-
-
 class _Roofline:
     """Ops and their seconds on one device, cached per kind of block (dense or MoE)."""
 
@@ -152,21 +141,32 @@ class _Roofline:
         self, ctx: PlanContext, strategy: ShardedStrategy, shape: TransformerShape, device: DeviceInfo
     ) -> None:
         self.strategy, self.shape, self.device = strategy, shape, device
-        self._blocks: dict[bool, tuple[float, float, float, float]] = {}
+        self._blocks: dict[bool, tuple[float, float, float, float, float]] = {}
+        self._comm: dict[bool, LayerComm] = {}
 
-    def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float]:
+    def layer_comm(self, sizes: CommSizes, moe: bool, ep: int) -> LayerComm:
+        """The calls of a dense or MoE block (the same for every block of its kind)."""
+        found = self._comm.get(moe)
+        if found is None:
+            found = self._comm[moe] = layer_comm(self.strategy, sizes, moe=moe, ep=ep)
+        return found
+
+    def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
         from parplan.plan.compute import op_seconds  # type: ignore[attr-defined, unused-ignore]  # until the transformer model lands
 
         dtype = self.strategy.dtype
         fwd = sum(op_seconds(self.device, op, dtype) for op in ops)
         bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in ops)
-        attention = sum(op_seconds(self.device, op, dtype) for op in ops if op.kind == "attention")
+        core = [op for op in ops if op.kind == "attention"]
+        attention = sum(op_seconds(self.device, op, dtype) for op in core)
+        attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
         recompute = {"none": 0.0, "selective": attention, "full": fwd}[self.strategy.recompute]
-        return fwd, bwd, recompute, attention
+        return fwd, bwd, recompute, attention, attention_bwd
 
-    def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float]:
-        """(forward, backward, recompute, attention forward) seconds of block ``layer``."""
-        key = is_moe_layer(self.shape, layer)
+    def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float, float]:
+        """(forward, backward, recompute, attention forward, attention backward) seconds of block
+        ``layer``."""
+        key = self.shape.is_moe(layer)
         found = self._blocks.get(key)
         if found is None:
             from parplan.model.transformer import block_ops
@@ -191,16 +191,18 @@ class _Roofline:
         from parplan.model.transformer import embedding_ops, head_ops
 
         s = self.strategy
-        make = embedding_ops if which == "embedding" else head_ops
-        fwd, bwd, _, _ = self._seconds(make(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp))
+        if which == "embedding":
+            ops = embedding_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp)
+        else:
+            ops = head_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp, sp=s.sequence_parallel)
+        fwd, bwd, _, _, _ = self._seconds(ops)
         return fwd, bwd
 
 
 def _comm_sizes(strategy: ShardedStrategy, shape: TransformerShape) -> CommSizes:
     tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
     e = shape.bytes_per_element
-    head_dim = shape.hidden / shape.heads
-    kv = 2.0 * tokens * (shape.kv_heads / strategy.tp) * head_dim * e if strategy.cp > 1 else 0.0
+    kv = 2.0 * tokens * (shape.kv_heads / strategy.tp) * shape.head_dim * e if strategy.cp > 1 else 0.0
     dispatch = tokens * shape.top_k * strategy.capacity_factor * shape.hidden * e
     return CommSizes(activation_bytes=tokens * shape.hidden * e, kv_step_bytes=kv, dispatch_bytes=dispatch)
 
@@ -230,7 +232,7 @@ def _chunk(
     emb_id, block_ids, head_id = _node_ids(ctx, shape)
     sizes = _comm_sizes(strategy, shape)
     tp = strategy.tp
-    fwd = bwd = rec = attn = 0.0
+    fwd = bwd = rec = attn = attn_bwd = 0.0
     fcomm: list[CommCall] = []
     bcomm: list[LayerComm] = []
     per_layer: list[LayerComm] = []
@@ -245,14 +247,14 @@ def _chunk(
         names.append(emb_id)
         units.append(UnitParams(emb_id, shape.embedding_params() / tp, 0.0))
     for i in range(first, first + count):
-        f, b, r, a = roof.block(i, mesh)
-        fwd, bwd, rec, attn = fwd + f, bwd + b, rec + r, attn + a
-        lc = layer_comm(strategy, sizes, moe=is_moe_layer(shape, i), ep=mesh.ep)
+        f, b, r, a, ab = roof.block(i, mesh)
+        fwd, bwd, rec, attn, attn_bwd = fwd + f, bwd + b, rec + r, attn + a, attn_bwd + ab
+        lc = roof.layer_comm(sizes, shape.is_moe(i), mesh.ep)
         per_layer.append(lc)
         fcomm += lc.forward
         bcomm.append(lc)
         names.append(block_ids[i])
-        experts = expert_params(shape, i)
+        experts = shape.expert_params(i)
         units.append(
             UnitParams(block_ids[i], (shape.block_params(i) - experts) / tp, experts / (tp * mesh.ep))
         )
@@ -279,6 +281,7 @@ def _chunk(
         params=sum(u.dense + u.expert for u in units),
         expert_params=sum(u.expert for u in units),
         attention_forward_s=attn,
+        attention_backward_s=attn_bwd,
         layer_comm=tuple(per_layer),
     )
     return work, units

@@ -171,9 +171,17 @@ class Mesh:
             return data[position % block :: block]
         raise PlanError(f"unknown mesh axis {axis!r}; valid: {', '.join(get_args(GroupAxis))}")
 
+    def stride(self, axis: str) -> int:
+        """How many ranks apart two devices one step apart on ``axis`` are (a mixed-radix digit)."""
+        return self._strides[axis]
+
+    def stage_of(self, device: str) -> int:
+        """The pipeline stage of ``device`` (its pp coordinate)."""
+        return (self.rank(device) // self._strides["pp"]) % self.sizes["pp"]
+
     def stage_devices(self, stage: int) -> tuple[str, ...]:
         """Every device of pipeline stage ``stage``, in rank order."""
-        return tuple(d for d in self.devices if self.coords(d)["pp"] == stage)
+        return tuple(d for d in self.devices if self.stage_of(d) == stage)
 
     def spans_nodes(self, axis: GroupAxis) -> bool:
         """Whether the ``axis`` group of the first device crosses a node boundary (groups are
@@ -258,7 +266,8 @@ def build_mesh(strategy: ShardedStrategy, network: Network) -> Mesh:
                 digits.append(("dp_outer", dp // ep))
             else:
                 digits.append((axis, sizes[axis]))
-    nodes = tuple(network.device(d).group or d for d in devices)
+    attrs = network.graph.nodes
+    nodes = tuple(attrs[d].get("group") or d for d in devices)
     mesh = Mesh(devices=devices, sizes={**sizes, "dp_shard": 1}, digits=tuple(digits), nodes=nodes)
     data = dp * strategy.cp
     shard = strategy.shard_group
