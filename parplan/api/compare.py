@@ -70,13 +70,15 @@ def compare_scenario(
     jobs: int = 1,
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    analytic: bool = False,
 ) -> Comparison:
     """Rank every plan (or those named in ``plans``) and sweep variant of a scenario.
 
     ``sweeps`` are ``knob=v1,v2`` texts, checked before the scenario is read; ``jobs`` worker
     processes evaluate the variants (0: one per CPU) and ``progress(done, total)`` hears as each
     finishes; sweeps that change no plan and a baseline that could not be evaluated are reported to
-    ``warn``. Raises :class:`~parplan.errors.ParplanError` for a bad file, sweep, plan or baseline.
+    ``warn``; ``analytic`` evaluates sharded plans in closed form. Raises
+    :class:`~parplan.errors.ParplanError` for a bad file, sweep, plan or baseline.
     """
     from parplan.api.kinds import load_expected
 
@@ -95,7 +97,7 @@ def compare_scenario(
         with _from_file(scenario_file, "baseline"):
             base_request = resolve_baseline(spec.baseline, variants, duplicates)
     workers = jobs if jobs > 0 else (os.cpu_count() or 1)
-    results = evaluate_variants(spec, variants, jobs=workers, progress=progress)
+    results = evaluate_variants(spec, variants, jobs=workers, progress=progress, analytic=analytic)
     ranked, failed, base_name, rule = rank(
         variants, results, base_request, warn, from_scenario=baseline is None and base_request is not None
     )

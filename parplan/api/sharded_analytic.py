@@ -40,6 +40,7 @@ from parplan.plan.sharded.costs import ChunkWork, CommCall, ShardedLayout, layou
 from parplan.plan.sharded.memory import stage_memory
 
 if TYPE_CHECKING:
+    from parplan.api.results import PlanResult
     from parplan.config.strategy import ShardedStrategy
     from parplan.plan.base import PlanContext
 
@@ -249,3 +250,81 @@ def bound_text(layout: ShardedLayout, stage: StageTimes, step: float, bubble: fl
 def evaluate_sharded(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedEstimate:
     """Lay out ``strategy`` and evaluate it in closed form."""
     return evaluate_layout(ctx, layout_plan(ctx, strategy))
+
+
+def mfu_quality(
+    model_flops_per_step: float,
+    step_time_s: float,
+    num_devices: int,
+    peak_flop_per_s: float,
+    hfu_ratio: float = 1.0,
+) -> dict[str, float]:
+    """The utilisation figures a sharded plan reports beside its time (in ``PlanResult.quality``):
+    ``mfu``, ``model_tflops_per_gpu`` and, when recomputing (``hfu_ratio`` > 1), ``hfu``."""
+    if step_time_s <= 0 or num_devices <= 0 or peak_flop_per_s <= 0:
+        return {}
+    achieved = model_flops_per_step / step_time_s / num_devices
+    out = {"mfu": achieved / peak_flop_per_s, "model_tflops_per_gpu": achieved / 1e12}
+    if hfu_ratio > 1.0:
+        out["hfu"] = out["mfu"] * hfu_ratio
+    return out
+
+
+def analytic_result(ctx: PlanContext, name: str, strategy: ShardedStrategy) -> PlanResult:
+    """A :class:`~parplan.api.results.PlanResult` from the closed form (no task graph, no
+    simulation): the step's compute, exposed communication and idle (bubble) time on the critical
+    stage, per-stage memory, MFU in ``quality``."""
+    from dataclasses import replace
+
+    from parplan.api.describe import describe_strategy
+    from parplan.api.results import PlanResult, bottleneck_text
+    from parplan.plan.memory import infeasible_message
+
+    est = evaluate_sharded(ctx, strategy)
+    st = est.stages[est.critical_stage]
+    m = est.layout.microbatches
+    compute = m * st.compute_s + st.optimizer_s
+    idle = min(est.bubble_s, max(0.0, est.step_time_s - compute))
+    exposed = max(0.0, est.step_time_s - compute - idle)
+    samples = float(ctx.training.global_batch_size)
+    throughput = samples / est.step_time_s if est.step_time_s > 0 else 0.0
+    peak = max(est.memory, key=lambda mb: mb.total_bytes)
+    reason = infeasible_message(est.memory)
+    quality: dict[str, object] = {"mfu": est.mfu, "model_tflops_per_gpu": est.model_tflops_per_gpu}
+    if est.hfu is not None:
+        quality["hfu"] = est.hfu
+    result = PlanResult(
+        name=name,
+        strategy_kind="sharded",
+        description=describe_strategy(strategy),
+        unit="step",
+        step_time_s=est.step_time_s,
+        compute_s=compute,
+        exposed_comm_s=exposed,
+        hidden_comm_s=0.0,
+        idle_s=idle,
+        bubble_fraction=est.bubble_s / est.pipeline_s if strategy.pp > 1 and est.pipeline_s > 0 else None,
+        critical_device=est.layout.mesh.device({"pp": est.critical_stage}),
+        samples_per_step=samples,
+        throughput_samples_per_s=throughput,
+        tokens_per_s=throughput * est.layout.shape.sequence_length,
+        units_per_run=ctx.training.steps,
+        run_time_s=est.step_time_s * ctx.training.steps,
+        memory=est.memory,
+        peak_memory_bytes=peak.total_bytes,
+        peak_memory_device=peak.device,
+        fits=reason is None,
+        infeasible_reason=reason,
+        busiest_link=None,
+        busiest_link_utilisation=0.0,
+        busiest_link_bytes=0.0,
+        collectives=(),
+        bottleneck="",
+        num_devices=est.num_devices,
+        quality=quality,
+        notes=(
+            f"closed-form evaluation: {est.bound}; memory per stage (its first device)",
+            *est.layout.mesh.notes(),
+        ),
+    )
+    return replace(result, bottleneck=bottleneck_text(result))

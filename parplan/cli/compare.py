@@ -87,6 +87,10 @@ def compare_strategies(
             help="Draw step time against replicas per algorithm (needs the plot extra).",
         ),
     ] = None,
+    analytic: Annotated[
+        bool,
+        typer.Option("--analytic", help="Evaluate sharded plans in closed form instead of simulating them."),
+    ] = False,
 ) -> None:
     """Rank every plan and sweep variant of a scenario by time per sample.
 
@@ -108,6 +112,7 @@ def compare_strategies(
             jobs=jobs,
             progress=tick,
             warn=warn,
+            analytic=analytic,
         )
     if not comparison.ranked:
         for name, error in comparison.failed:

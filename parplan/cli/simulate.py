@@ -136,6 +136,10 @@ def simulate(
             "--plot", metavar="FILE", help="Draw the step's timeline (PNG, SVG or PDF; needs the plot extra)."
         ),
     ] = None,
+    analytic: Annotated[
+        bool,
+        typer.Option("--analytic", help="Evaluate sharded plans in closed form instead of simulating them."),
+    ] = False,
 ) -> None:
     """Simulate the plans of a scenario and show what bounds each step.
 
@@ -145,6 +149,10 @@ def simulate(
     that does not fit makes the exit code 1.
     """
     outputs = {"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path}
+    if analytic and (trace_path or plot_path):
+        raise typer.BadParameter(
+            "a timeline needs a simulation; drop --analytic", param_hint="--trace/--plot"
+        )
     check_outputs(outputs, files_only=("--trace", "--plot"), pictures=("--plot",), inputs=[scenario])
 
     from parplan.api.knobs import KnobOptions
@@ -161,7 +169,7 @@ def simulate(
         },
         settings=settings or [],
     )
-    run = simulate_scenario(scenario, plans=plan or [], knobs=knobs, warn=warn)
+    run = simulate_scenario(scenario, plans=plan or [], knobs=knobs, warn=warn, analytic=analytic)
 
     if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
         from parplan.report.tables import simulate_view

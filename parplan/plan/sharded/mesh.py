@@ -217,20 +217,21 @@ def plan_devices(strategy: ShardedStrategy, cluster_devices: Sequence[str]) -> t
         pool = devices
     else:
         pool = tuple(cluster_devices)
-    what = f"tp x pp x cp = {strategy.tp} x {strategy.pp} x {strategy.cp} = {mp}"
+    degrees = f"tp x pp x cp = {strategy.tp} x {strategy.pp} x {strategy.cp} = {mp}"
     if strategy.dp is None:
         if len(pool) % mp:
             raise PlanError(
-                f"{len(pool)} devices are not a multiple of {what}; give dp or degrees that divide them"
+                f"{len(pool)} devices are not a multiple of {degrees}; give dp or degrees that divide them"
             )
         dp = len(pool) // mp
     else:
         dp = strategy.dp
     need = dp * mp
+    product = f"dp x tp x pp x cp = {dp} x {strategy.tp} x {strategy.pp} x {strategy.cp} = {need}"
     if strategy.devices is not None and need != len(pool):
-        raise PlanError(f"devices lists {len(pool)} devices but dp x {what} needs {need}")
+        raise PlanError(f"devices lists {len(pool)} devices but {product}")
     if need > len(pool):
-        raise PlanError(f"dp x {what} needs {dp} x {mp} = {need} devices; the cluster has {len(pool)}")
+        raise PlanError(f"{product} devices; the cluster has {len(pool)}")
     return pool[:need], dp
 
 

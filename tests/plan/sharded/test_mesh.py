@@ -94,8 +94,8 @@ def test_plan_on_part_of_the_cluster_and_on_listed_devices(net: Network) -> None
     ("kw", "message"),
     [
         ({"tp": 3}, "16 devices are not a multiple of tp x pp x cp = 3 x 1 x 1 = 3"),
-        ({"tp": 8, "dp": 4}, "needs 4 x 8 = 32 devices; the cluster has 16"),
-        ({"tp": 2, "dp": 1, "devices": ["n0.d0", "n0.d1", "n0.d2"]}, "devices lists 3 devices but"),
+        ({"tp": 8, "dp": 4}, "dp x tp x pp x cp = 4 x 8 x 1 x 1 = 32 devices; the cluster has 16"),
+        ({"tp": 2, "dp": 1, "devices": ["n0.d0", "n0.d1", "n0.d2"]}, "devices lists 3 devices but dp x tp"),
         ({"tp": 2, "dp": 1, "devices": ["n0.d0", "x"]}, "devices names 'x'"),
         ({"tp": 2, "dp": 1, "devices": ["n0.d0", "n0.d0"]}, "lists 'n0.d0' more than once"),
         ({"tp": 2, "ep": 3}, "ep (3) must divide dp x cp (8 x 1)"),
