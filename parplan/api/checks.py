@@ -390,7 +390,7 @@ def _sharded(strategy: ShardedStrategy, world: _World, report: IssueCollector) -
         mesh = build_mesh(strategy, world.network)
         microbatches_per_pipeline(strategy, world.training.global_batch_size, mesh.dp)
         if world.model is not None:
-            from parplan.model.transformer import shape_of  # type: ignore[import-not-found, unused-ignore]  # until the transformer model lands
+            from parplan.model.transformer import shape_of
 
             shape = shape_of(world.model)
             if shape is None:

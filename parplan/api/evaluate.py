@@ -103,8 +103,10 @@ def _utilisation(ctx: PlanContext, work: PlanWork, step_s: float) -> dict[str, f
         return {}
     from parplan.api.sharded_analytic import mfu_quality
 
-    peak = ctx.network.device(work.devices[0]).peak_flop_per_s
-    return mfu_quality(float(flops), step_s, len(work.devices), peak)
+    peak = work.graph.meta.get("peak_flop_per_s")
+    if not isinstance(peak, int | float):
+        peak = ctx.network.device(work.devices[0]).peak_flop_per_s
+    return mfu_quality(float(flops), step_s, len(work.devices), float(peak))
 
 
 def summarize(ctx: PlanContext, name: str, strategy: Any, work: PlanWork, sim: SimResult) -> PlanResult:

@@ -38,6 +38,7 @@ from parplan.plan.base import MemoryBreakdown
 from parplan.plan.sharded.clock import CollectiveClock
 from parplan.plan.sharded.costs import ChunkWork, CommCall, ShardedLayout, layout_plan
 from parplan.plan.sharded.memory import stage_memory
+from parplan.plan.strategies.sharded import peak_flop_per_s
 
 if TYPE_CHECKING:
     from parplan.api.results import PlanResult
@@ -200,13 +201,13 @@ def _figures(
     bubble: float,
     p2p: float,
 ) -> ShardedEstimate:
-    from parplan.model.transformer import model_flops_per_token  # type: ignore[import-not-found, unused-ignore]  # until the transformer model lands
+    from parplan.model.transformer import model_flops_per_token
 
     shape = layout.shape
     tokens = float(ctx.training.global_batch_size * shape.sequence_length)
     flops = float(model_flops_per_token(shape)) * tokens
     n = layout.mesh.size
-    peak = float(ctx.network.device(layout.mesh.devices[0]).peak_flop_per_s)
+    peak = peak_flop_per_s(ctx, layout)
     achieved = flops / step / n if step > 0 else 0.0
     mfu = achieved / peak if peak > 0 else 0.0
     hfu = None

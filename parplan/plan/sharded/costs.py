@@ -37,7 +37,7 @@ from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatche
 from parplan.plan.sharded.sync import UnitParams, optimizer_params, stage_sync
 
 if TYPE_CHECKING:
-    from parplan.model.transformer import Op, TransformerShape  # type: ignore[import-not-found, unused-ignore]  # until the transformer model lands
+    from parplan.model.transformer import Op, TransformerShape
     from parplan.plan.base import PlanContext
     from parplan.topology.network import DeviceInfo
 
@@ -152,7 +152,7 @@ class _Roofline:
         return found
 
     def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
-        from parplan.plan.compute import op_seconds  # type: ignore[attr-defined, unused-ignore]  # until the transformer model lands
+        from parplan.plan.compute import op_seconds
 
         dtype = self.strategy.dtype
         fwd = sum(op_seconds(self.device, op, dtype) for op in ops)

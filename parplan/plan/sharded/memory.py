@@ -95,7 +95,7 @@ def stage_memory(ctx: PlanContext, layout: ShardedLayout, stage: int) -> MemoryB
 
 def _activations(layout: ShardedLayout, stage: int) -> float:
     """Activation bytes of the stage at its peak (module docstring)."""
-    from parplan.model.transformer import block_activation_bytes  # type: ignore[import-not-found, unused-ignore]  # until the transformer model lands
+    from parplan.model.transformer import block_activation_bytes
 
     strategy, shape = layout.strategy, layout.shape
     pp, v = strategy.pp, strategy.virtual_stages

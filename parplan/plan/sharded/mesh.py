@@ -36,7 +36,7 @@ from parplan.config.strategy import ShardedStrategy
 from parplan.errors import PlanError
 
 if TYPE_CHECKING:
-    from parplan.model.transformer import TransformerShape  # type: ignore[import-not-found, unused-ignore]  # until the transformer model lands
+    from parplan.model.transformer import TransformerShape
     from parplan.topology.network import Network
 
 GroupAxis = Literal["tp", "cp", "pp", "dp", "ep", "edp", "dp_cp", "dp_shard", "dp_replicate", "embedding"]

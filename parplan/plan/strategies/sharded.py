@@ -123,7 +123,7 @@ def standin_graph(ctx: PlanContext, layout: ShardedLayout) -> TaskGraph:
 
 def _meta(ctx: PlanContext, layout: ShardedLayout) -> dict[str, object]:
     """What the graph's readers need: the plan kind, the mesh, micro-batches, the schedule, FLOPs."""
-    from parplan.model.transformer import model_flops_per_token  # type: ignore[import-not-found, unused-ignore]  # until the transformer model lands
+    from parplan.model.transformer import model_flops_per_token
 
     mesh, strategy = layout.mesh, layout.strategy
     tokens = ctx.training.global_batch_size * layout.shape.sequence_length
@@ -138,7 +138,15 @@ def _meta(ctx: PlanContext, layout: ShardedLayout) -> dict[str, object]:
         "stages": mesh.pp,
         "schedule": strategy.schedule,
         "model_flops_per_step": float(model_flops_per_token(layout.shape)) * tokens,
+        "peak_flop_per_s": peak_flop_per_s(ctx, layout),
     }
+
+
+def peak_flop_per_s(ctx: PlanContext, layout: ShardedLayout) -> float:
+    """The dense peak of the plan's first device in the plan's dtype (what MFU divides by)."""
+    device = ctx.network.device(layout.mesh.devices[0])
+    peak = device.peak_for(layout.strategy.dtype)
+    return float(peak if peak is not None else device.peak_flop_per_s)
 
 
 def _graph(ctx: PlanContext, layout: ShardedLayout) -> tuple[TaskGraph, tuple[str, ...]]:

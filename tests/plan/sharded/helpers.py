@@ -13,7 +13,9 @@ from parplan.topology.build import build_network
 from tests.plan.strategy_helpers import dgx_cluster
 
 
-def gpt(layers: int = 8, hidden: int = 1024, heads: int = 16, seq: int = 1024, vocab: int = 32000, **gen: Any) -> ModelSpec:
+def gpt(
+    layers: int = 8, hidden: int = 1024, heads: int = 16, seq: int = 1024, vocab: int = 32000, **gen: Any
+) -> ModelSpec:
     """A GPT-style decoder (tied embeddings) of the given shape."""
     return ModelSpec.model_validate(
         {
@@ -31,7 +33,9 @@ def gpt(layers: int = 8, hidden: int = 1024, heads: int = 16, seq: int = 1024, v
     )
 
 
-def context(model: ModelSpec | None = None, *, batch: int = 16, nodes: int = 2, per_node: int = 8) -> PlanContext:
+def context(
+    model: ModelSpec | None = None, *, batch: int = 16, nodes: int = 2, per_node: int = 8
+) -> PlanContext:
     """``model`` (default :func:`gpt`) on ``nodes`` DGX-like nodes with a ``batch``-sample step."""
     spec = model or gpt()
     return PlanContext(

@@ -61,7 +61,9 @@ def test_full_recompute_repeats_the_forward_calls_and_time() -> None:
     base = layout_plan(ctx, sharded(tp=2)).chunks[0][0]
     full = layout_plan(ctx, sharded(tp=2, recompute="full")).chunks[0][0]
     selective = layout_plan(ctx, sharded(tp=2, recompute="selective")).chunks[0][0]
-    assert len(full.layer_comm[0].backward) == len(base.layer_comm[0].backward) + len(base.layer_comm[0].forward)
+    assert len(full.layer_comm[0].backward) == len(base.layer_comm[0].backward) + len(
+        base.layer_comm[0].forward
+    )
     assert 0 < selective.recompute_s < full.recompute_s <= full.forward_s
 
 
@@ -104,7 +106,10 @@ def test_fsdp_gathers_per_layer_and_hybrid_shards_inside_nodes() -> None:
     assert grad_op.per_microbatch_sync and not grad_op.param_gather_backward
     hybrid = layout_plan(ctx, sharded(fsdp="hybrid_shard"))
     assert hybrid.mesh.sizes["dp_shard"] == 8
-    assert Counter(c.axis for c in hybrid.grad_sync[0]) == {"dp_shard": 5, "dp_replicate": 5}  # embedding, 4 blocks (tied head: none)
+    assert Counter(c.axis for c in hybrid.grad_sync[0]) == {
+        "dp_shard": 5,
+        "dp_replicate": 5,
+    }  # embedding, 4 blocks (tied head: none)
 
 
 def test_moe_blocks_all_to_all_over_ep_and_split_expert_params() -> None:
