@@ -13,7 +13,7 @@ from parplan.api.evaluate import evaluate_plan
 from parplan.config.model import ModelSpec
 from parplan.engine.simulate import simulate
 from parplan.errors import InfeasiblePlanError, PlanError, TopologyError
-from parplan.pipeline import Stage
+from parplan.pipeline import Stage, Unit
 from parplan.pipeline import get as get_schedule
 from parplan.pipeline.one_f_one_b import warmup_microbatches
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
@@ -77,7 +77,7 @@ def test_1f1b_stream_order_and_memory() -> None:
         ]
         tasks.sort(key=lambda t: sim.start_s[t])
         seq = [
-            (
+            Unit(
                 "F" if g.categories[g.category[t]] == "forward" else "B",
                 int(g.labels[g.label[t]].split("mb")[1]),
             )
