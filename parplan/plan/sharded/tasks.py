@@ -1,0 +1,373 @@
+"""One step of a sharded plan as a task graph, for the event engine: :func:`build_tasks`.
+
+**Symmetry, stated.** The ranks of one TP group (and of one CP group) run the same kernels on the
+same sizes at the same times, and on a uniform fabric they meet the same links: a TP group's
+collectives stay inside its node, and each rank's inter-node traffic leaves through its own NIC.
+So the graph holds one *representative* device per (pipeline stage, data-parallel rank): the mesh
+device at TP rank 0 and CP rank 0. GPT-3 175B at TP 8 x PP 8 x DP 16 has 128 representatives for
+1024 GPUs. What is simulated and what is replayed:
+
+- **Simulated with link sharing** (transfers on the network): point-to-point activations and their
+  gradients between consecutive model chunks (``layout.p2p_bytes`` per micro-batch), and the
+  once-per-step collectives whose group is made of representatives only (the data-parallel
+  gradient buckets, ZeRO-1/2's parameter all-gather, the tied-embedding all-reduce between first
+  and last stage when CP is 1), lowered through the registry and ``auto``
+  (:func:`parplan.plan.collective.resolve_run`, :func:`~parplan.plan.collective.lower_schedule`),
+  so pipeline and data-parallel traffic share the NICs and switches as they do on the cluster.
+- **Replayed** (compute tasks of a known duration): TP/SP, CP and EP calls of every chunk, and
+  ZeRO-3/FSDP's per-micro-batch gathers and reduce-scatters, and any once-per-step call whose
+  group reaches beyond the representatives. Each distinct (call, size, stage) is timed once by
+  lowering one instance on its group's devices and simulating it with the engine
+  (``ctx.simulator``: the engine's own rules, protocols and per-call costs); without a simulator,
+  or for all-to-all and send/recv, by :class:`~parplan.plan.sharded.clock.CollectiveClock`'s closed
+  form. **Blocking** calls (Megatron's TP in forward, EP all-to-alls) run on the compute stream:
+  the compute waits for them. **Overlappable** ones run on the device's communication stream
+  (:data:`~parplan.taskgraph.COMM_STREAM`): TP backward calls beside the weight-gradient half of
+  the backward (``WGRAD_SHARE``), CP ring steps beside the attention core, FSDP gathers one chunk
+  ahead (prefetch) and reduce-scatters after each chunk's backward.
+
+What this costs in truth: replayed calls do not contend with simulated traffic (a TP group's
+NVSwitch is its own; CP and FSDP traffic that leaves the node does share NICs with the pipeline
+in reality), and a cluster whose GPUs share one NIC per node would need the other TP ranks'
+traffic too (their rings are not in the graph).
+
+**Order.** Each representative's compute stream runs its stage's units in the pipeline schedule's
+:meth:`~parplan.pipeline.PipelineSchedule.worker_order` (priorities ``position x 8 + part``) under
+the schedule's rules (:meth:`~parplan.pipeline.PipelineSchedule.waits_for`); units name a chunk
+(model chunk ``c x pp + s`` on stage ``s``), so interleaved 1F1B runs as Megatron runs it.
+Per unit: forward = compute, then its blocking calls; backward = recompute, blocking calls, the
+input-gradient half, then the weight-gradient half beside the overlappable calls. After the last
+backward: gradient buckets (ready when the chunks they cover finish their last backward, in
+backward order), the tied-embedding all-reduce, the optimizer, ZeRO-1/2's parameter all-gather.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from parplan.errors import PlanError
+from parplan.pipeline import Stage, Unit
+from parplan.pipeline import get as get_schedule
+from parplan.plan.sharded.clock import CollectiveClock
+from parplan.plan.sharded.comm import CommCall
+from parplan.taskgraph import COMM_STREAM, TaskGraph, TaskGraphBuilder
+
+if TYPE_CHECKING:
+    from parplan.plan.base import PlanContext
+    from parplan.plan.sharded.costs import ChunkWork, ShardedLayout
+
+WGRAD_SHARE = 0.5
+"""Share of a backward pass spent in weight-gradient GEMMs (what TP backward calls hide behind);
+the analytic evaluation uses the same share."""
+
+_LOWERED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+"""Collectives the registry lowers into schedules (others are timed in closed form)."""
+
+
+class CallTimer:
+    """Seconds of one :class:`CommCall` in its group, timed once per (call, size, stage) by the
+    engine on one lowered instance (module docstring), else by the closed form."""
+
+    def __init__(self, ctx: PlanContext, layout: ShardedLayout) -> None:
+        self.ctx = ctx
+        self.clock = CollectiveClock(ctx, layout)
+        self._times: dict[tuple[str, str, float, int], float] = {}
+
+    def seconds(self, call: CommCall, stage: int) -> float:
+        """Seconds of ``call`` on stage ``stage``'s group (0 for a group of one)."""
+        key = (call.collective, call.axis, call.size_bytes, stage)
+        found = self._times.get(key)
+        if found is None:
+            found = self._times[key] = self._time(call, stage)
+        return found
+
+    def total(self, calls: Sequence[CommCall], stage: int) -> float:
+        """Seconds of ``calls`` one after another."""
+        return sum(self.seconds(c, stage) for c in calls)
+
+    def _time(self, call: CommCall, stage: int) -> float:
+        devices = self.clock.group(call.axis, stage)
+        if len(devices) < 2 or call.size_bytes <= 0:
+            return 0.0
+        if self.ctx.simulator is None or call.collective not in _LOWERED:
+            return self.clock.seconds(call, stage)
+        graph = lowered_graph(self.ctx, self.clock.layout, call, devices)
+        return float(self.ctx.simulator(graph, self.ctx.network))
+
+
+def _run(ctx: PlanContext, layout: ShardedLayout, call: CommCall, devices: Sequence[str]) -> Any:
+    """(algorithm spec, run) of ``call`` on ``devices``: the data-parallel algorithm for gradient
+    all-reduces, NCCL's ``auto`` pick otherwise."""
+    from parplan.collectives.auto import AutoAlgorithm
+    from parplan.plan.collective import resolve_run
+    from parplan.topology.nccl_system import nccl_system
+
+    spec: Any = AutoAlgorithm(name="auto")
+    if call.collective == "all_reduce" and call.axis in ("dp", "dp_cp", "edp", "dp_replicate"):
+        spec = layout.strategy.aggregation.algorithm
+    system = nccl_system(ctx.network, list(devices)) if isinstance(spec, AutoAlgorithm) else None
+    return resolve_run(spec, call.size_bytes, system, ctx.network.transport, collective=call.collective)
+
+
+def _schedule(ctx: PlanContext, run: Any, call: CommCall, devices: Sequence[str]) -> tuple[Any, float]:
+    """The schedule of ``call`` under ``run`` and its element size (bytes)."""
+    from parplan.collectives.registry import get
+    from parplan.topology.placement import groups_by_node
+
+    algorithm = get(run.spec.name, call.collective)
+    groups = groups_by_node(ctx.network, list(devices)) if algorithm.uses_groups(run.spec) else None
+    element_bytes = max(1.0, call.size_bytes / 2**20)
+    elements = max(1, round(call.size_bytes / element_bytes))
+    return algorithm.build(run.spec, len(devices), elements, groups), call.size_bytes / elements
+
+
+def lowered_graph(
+    ctx: PlanContext, layout: ShardedLayout, call: CommCall, devices: Sequence[str]
+) -> TaskGraph:
+    """A task graph of just ``call`` on ``devices`` (what :class:`CallTimer` simulates)."""
+    from parplan.plan.collective import collective_taskgraph
+
+    run = _run(ctx, layout, call, devices)
+    schedule, element_bytes = _schedule(ctx, run, call, devices)
+    return collective_taskgraph(
+        schedule,
+        list(devices),
+        element_bytes,
+        protocol=run.protocol,
+        call_overhead_s=run.call_overhead_s,
+        max_rate_Bps=run.max_rate_Bps,
+        network=ctx.network,
+    )
+
+
+@dataclass
+class _Build:
+    """The graph being built: representatives, timers, and the tasks made so far."""
+
+    b: TaskGraphBuilder
+    ctx: PlanContext
+    layout: ShardedLayout
+    timer: CallTimer
+    reps: list[list[str]]  # [stage][dp rank]
+    forward: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # (stage, d, unit) -> done
+    backward: dict[tuple[int, int, Unit], int] = field(default_factory=dict)
+    position: dict[tuple[int, Unit], int] = field(default_factory=dict)  # (stage, unit) -> order
+    gathered: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last gather
+
+
+def representatives(layout: ShardedLayout) -> list[list[str]]:
+    """``[stage][dp rank]``: the mesh device at TP rank 0, CP rank 0 of each (stage, dp rank)."""
+    mesh = layout.mesh
+    return [[mesh.device({"pp": s, "dp": d}) for d in range(mesh.dp)] for s in range(mesh.pp)]
+
+
+def build_tasks(ctx: PlanContext, layout: ShardedLayout) -> TaskGraph:
+    """The task graph of one step of ``layout`` (module docstring); ``meta`` holds the
+    representatives (``"representatives"``) and the devices each stands for (``"represents"``)."""
+    strategy = layout.strategy
+    schedule = get_schedule(strategy.schedule)
+    pp, v, m = strategy.pp, layout.virtual_stages, layout.microbatches
+    if v > 1 and not schedule.interleaved:
+        raise PlanError(f"pipeline schedule {schedule.name!r} runs one chunk per stage, not {v}")
+    st = _Build(TaskGraphBuilder(), ctx, layout, CallTimer(ctx, layout), representatives(layout))
+    for s in range(pp):
+        stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
+        st.position.update(((s, u), k) for k, u in enumerate(schedule.worker_order(stage)))
+    for unit in schedule.build_order(m, v, pp):
+        stages = range(pp) if unit.direction == "F" else reversed(range(pp))
+        for s in stages:
+            stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
+            waits = schedule.waits_for(unit, stage)
+            for d in range(layout.mesh.dp):
+                _add_unit(st, s, d, unit, waits)
+    _add_step_end(st)
+    mesh = layout.mesh
+    return st.b.build(
+        meta={
+            "representatives": [dev for row in st.reps for dev in row],
+            "represents": mesh.tp * mesh.cp,
+        }
+    )
+
+
+def _priority(st: _Build, s: int, unit: Unit, part: int) -> int:
+    return st.position[(s, unit)] * 8 + part
+
+
+def _chunk_index(st: _Build, s: int, unit: Unit) -> int:
+    """The model chunk ``unit`` runs on stage ``s`` (``chunk x pp + s``)."""
+    return unit.chunk * st.layout.strategy.pp + s
+
+
+def _neighbour(st: _Build, g: int) -> tuple[int, int]:
+    """(stage, chunk) of model chunk ``g``."""
+    pp = st.layout.strategy.pp
+    return g % pp, g // pp
+
+
+def _add_unit(st: _Build, s: int, d: int, unit: Unit, waits: Sequence[Unit]) -> None:
+    """One unit of stage ``s`` on data-parallel rank ``d``'s representative."""
+    deps = [st.backward[(s, d, w)] for w in waits]
+    if unit.direction == "F":
+        _add_forward(st, s, d, unit, deps)
+    else:
+        _add_backward(st, s, d, unit, deps)
+
+
+def _gather(st: _Build, s: int, d: int, work: ChunkWork, unit: Unit, deps: list[int]) -> int | None:
+    """ZeRO-3/FSDP: the chunk's parameter gathers on the communication stream, one chunk ahead of
+    its use (each waits only for the previous gather: the stream runs them in order)."""
+    layout = st.layout
+    if not layout.per_microbatch_sync or not layout.param_gather[s]:
+        return None
+    if unit.direction == "B" and not layout.param_gather_backward:
+        return None
+    calls = layout.param_gather[s]
+    share = len(work.layers) / max(1, sum(len(c.layers) for c in layout.chunks[s]))
+    seconds = st.timer.total(calls, s) * share
+    prev = st.gathered.get((s, d))
+    task = st.b.compute(
+        st.reps[s][d],
+        seconds,
+        [prev] if prev is not None else deps,
+        category="fsdp",
+        label=f"gather s{s} {unit.direction}{unit.microbatch}.{unit.chunk}",
+        priority=_priority(st, s, unit, 0),
+        stream=COMM_STREAM,
+    )
+    st.gathered[(s, d)] = task
+    return task
+
+
+def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
+    layout, b = st.layout, st.b
+    dev = st.reps[s][d]
+    work = layout.chunks[s][unit.chunk]
+    g = _chunk_index(st, s, unit)
+    tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
+    if g > 0:
+        ps, pc = _neighbour(st, g - 1)
+        prev = st.forward[(ps, d, Unit("F", unit.microbatch, pc))]
+        deps.append(
+            b.transfer(
+                st.reps[ps][d], dev, layout.p2p_bytes, [prev], category="activation", label=f"act {tag}"
+            )
+        )
+    gather = _gather(st, s, d, work, unit, deps)
+    if gather is not None:
+        deps.append(gather)
+    overlapped = [c for c in work.forward_comm if not c.blocking]
+    cp_calls = [c for c in overlapped if c.axis == "cp"]
+    core_s = work.attention_forward_s if cp_calls else 0.0
+    first = b.compute(
+        dev,
+        work.forward_s - core_s,
+        deps,
+        category="forward",
+        label=f"fwd {tag}",
+        priority=_priority(st, s, unit, 1),
+    )
+    ends = [first]
+    if overlapped:
+        ends.append(_comm(st, s, dev, overlapped, [first] if cp_calls else deps, unit, "fwd comm"))
+    if core_s:
+        ends.append(
+            b.compute(
+                dev,
+                core_s,
+                [first],
+                category="forward",
+                label=f"attn {tag}",
+                priority=_priority(st, s, unit, 2),
+            )
+        )
+    blocking = st.timer.total([c for c in work.forward_comm if c.blocking], s)
+    if blocking:
+        ends = [
+            b.compute(
+                dev, blocking, ends, category="tp", label=f"fwd tp {tag}", priority=_priority(st, s, unit, 3)
+            )
+        ]
+    st.forward[(s, d, unit)] = ends[0] if len(ends) == 1 else b.marker(ends, label=f"fwd done {tag}")
+
+
+def _comm(st: _Build, s: int, dev: str, calls: list[CommCall], deps: list[int], unit: Unit, what: str) -> int:
+    """Overlappable calls as one task on the communication stream."""
+    return st.b.compute(
+        dev,
+        st.timer.total(calls, s),
+        deps,
+        category=calls[0].axis if len({c.axis for c in calls}) == 1 else "comm",
+        label=f"{what} s{s} mb{unit.microbatch}.{unit.chunk}",
+        priority=_priority(st, s, unit, 4),
+        stream=COMM_STREAM,
+    )
+
+
+def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
+    layout, b = st.layout, st.b
+    dev = st.reps[s][d]
+    work = layout.chunks[s][unit.chunk]
+    g = _chunk_index(st, s, unit)
+    last = layout.strategy.pp * layout.virtual_stages - 1
+    tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
+    deps.append(st.forward[(s, d, Unit("F", unit.microbatch, unit.chunk))])
+    if g < last:
+        ns, nc = _neighbour(st, g + 1)
+        later = st.backward[(ns, d, Unit("B", unit.microbatch, nc))]
+        deps.append(
+            b.transfer(
+                st.reps[ns][d],
+                dev,
+                layout.p2p_bytes,
+                [later],
+                category="activation_grad",
+                label=f"grad {tag}",
+            )
+        )
+    gather = _gather(st, s, d, work, unit, deps)
+    if gather is not None:
+        deps.append(gather)
+    blocking = st.timer.total([c for c in work.backward_comm if c.blocking], s)
+    overlapped = [c for c in work.backward_comm if not c.blocking]
+    head = work.recompute_s + blocking + work.backward_s * (1 - WGRAD_SHARE)
+    first = b.compute(
+        dev, head, deps, category="backward", label=f"bwd {tag}", priority=_priority(st, s, unit, 1)
+    )
+    ends = [
+        b.compute(
+            dev,
+            work.backward_s * WGRAD_SHARE,
+            [first],
+            category="backward",
+            label=f"wgrad {tag}",
+            priority=_priority(st, s, unit, 2),
+        )
+    ]
+    if overlapped:
+        ends.append(_comm(st, s, dev, overlapped, [first], unit, "bwd comm"))
+    if layout.per_microbatch_sync and layout.grad_sync[s]:
+        share = len(work.layers) / max(1, sum(len(c.layers) for c in layout.chunks[s]))
+        scatter_s = st.timer.total(layout.grad_sync[s], s) * share
+        prio = _priority(st, s, unit, 5)
+        ends.append(
+            b.compute(
+                dev,
+                scatter_s,
+                list(ends),
+                category="fsdp",
+                label=f"reduce-scatter {tag}",
+                priority=prio,
+                stream=COMM_STREAM,
+            )
+        )
+    st.backward[(s, d, unit)] = ends[0] if len(ends) == 1 else b.marker(ends, label=f"bwd done {tag}")
+
+
+def _add_step_end(st: _Build) -> None:
+    """Per stage and rank: gradient buckets, tied embeddings, optimizer, parameter all-gather."""
+    from parplan.plan.sharded.step_end import add_step_end
+
+    add_step_end(st.b, st.ctx, st.layout, st.timer, st.reps, st.backward)
