@@ -155,6 +155,8 @@ class _Build:
     backward: dict[tuple[int, int, Unit], int] = field(default_factory=dict)
     position: dict[tuple[int, Unit], int] = field(default_factory=dict)  # (stage, unit) -> order
     gathered: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last gather
+    previous: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last unit's end
+    scattered: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # ZeRO-3/FSDP reduce-scatter
 
 
 def representatives(layout: ShardedLayout) -> list[list[str]]:
@@ -172,16 +174,16 @@ def build_tasks(ctx: PlanContext, layout: ShardedLayout) -> TaskGraph:
     if v > 1 and not schedule.interleaved:
         raise PlanError(f"pipeline schedule {schedule.name!r} runs one chunk per stage, not {v}")
     st = _Build(TaskGraphBuilder(), ctx, layout, CallTimer(ctx, layout), representatives(layout))
+    orders = []
     for s in range(pp):
         stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
-        st.position.update(((s, u), k) for k, u in enumerate(schedule.worker_order(stage)))
-    for unit in schedule.build_order(m, v, pp):
-        stages = range(pp) if unit.direction == "F" else reversed(range(pp))
-        for s in stages:
-            stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
-            waits = schedule.waits_for(unit, stage)
-            for d in range(layout.mesh.dp):
-                _add_unit(st, s, d, unit, waits)
+        orders.append(schedule.worker_order(stage))
+        st.position.update(((s, u), k) for k, u in enumerate(orders[-1]))
+    for s, unit in strict_order(orders, pp, v):
+        stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
+        waits = schedule.waits_for(unit, stage)
+        for d in range(layout.mesh.dp):
+            _add_unit(st, s, d, unit, waits)
     _add_step_end(st)
     mesh = layout.mesh
     return st.b.build(
@@ -190,6 +192,52 @@ def build_tasks(ctx: PlanContext, layout: ShardedLayout) -> TaskGraph:
             "represents": mesh.tp * mesh.cp,
         }
     )
+
+
+def strict_order(orders: Sequence[Sequence[Unit]], pp: int, v: int) -> list[tuple[int, Unit]]:
+    """Every (stage, unit) in an order that puts each after the unit before it on its stage and
+    after the units it needs data from (the previous model chunk's forward, the next one's
+    backward): the order the builder appends them, so each unit can wait for its predecessor on
+    its stage, as Megatron's blocking schedule runs them (a topological order, smallest position
+    first; the schedules' orders make no cycle, tests/pipeline prove it)."""
+    import heapq
+
+    last = pp * v - 1
+    place = [{u: k for k, u in enumerate(order)} for order in orders]
+    indegree: dict[tuple[int, Unit], int] = {}
+    for s, order in enumerate(orders):
+        for k, u in enumerate(order):
+            g = u.chunk * pp + s
+            needs = int(k > 0)
+            if u.direction == "F":
+                needs += int(g > 0)
+            else:
+                needs += (
+                    1 if g < last else 0
+                )  # the next chunk's backward (the last: its own forward, earlier)
+            indegree[(s, u)] = needs
+    ready = [(0, s, orders[s][0]) for s in range(pp) if orders[s] and indegree[(s, orders[s][0])] == 0]
+    heapq.heapify(ready)
+    out: list[tuple[int, Unit]] = []
+    while ready:
+        _, s, u = heapq.heappop(ready)
+        out.append((s, u))
+        g = u.chunk * pp + s
+        followers = []
+        k = place[s][u]
+        if k + 1 < len(orders[s]):
+            followers.append((s, orders[s][k + 1]))
+        if u.direction == "F" and g < last:
+            followers.append(((g + 1) % pp, Unit("F", u.microbatch, (g + 1) // pp)))
+        if u.direction == "B" and g > 0:
+            followers.append(((g - 1) % pp, Unit("B", u.microbatch, (g - 1) // pp)))
+        for key in followers:
+            indegree[key] -= 1
+            if indegree[key] == 0:
+                heapq.heappush(ready, (place[key[0]][key[1]], key[0], key[1]))
+    if len(out) != len(indegree):
+        raise PlanError("the pipeline schedule's orders deadlock against the chunks' data dependencies")
+    return out
 
 
 def _priority(st: _Build, s: int, unit: Unit, part: int) -> int:
@@ -210,6 +258,9 @@ def _neighbour(st: _Build, g: int) -> tuple[int, int]:
 def _add_unit(st: _Build, s: int, d: int, unit: Unit, waits: Sequence[Unit]) -> None:
     """One unit of stage ``s`` on data-parallel rank ``d``'s representative."""
     deps = [st.backward[(s, d, w)] for w in waits]
+    previous = st.previous.get((s, d))
+    if previous is not None:
+        deps.append(previous)
     if unit.direction == "F":
         _add_forward(st, s, d, unit, deps)
     else:
@@ -242,6 +293,8 @@ def _gather(st: _Build, s: int, d: int, work: ChunkWork, unit: Unit, deps: list[
 
 
 def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
+    """Forward: compute (the attention core apart, beside the CP ring, when CP > 1), then the
+    blocking calls; overlappable TP calls (``tp_comm_overlap``) beside the compute."""
     layout, b = st.layout, st.b
     dev = st.reps[s][d]
     work = layout.chunks[s][unit.chunk]
@@ -261,35 +314,23 @@ def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> Non
     overlapped = [c for c in work.forward_comm if not c.blocking]
     cp_calls = [c for c in overlapped if c.axis == "cp"]
     core_s = work.attention_forward_s if cp_calls else 0.0
-    first = b.compute(
-        dev,
-        work.forward_s - core_s,
-        deps,
-        category="forward",
-        label=f"fwd {tag}",
-        priority=_priority(st, s, unit, 1),
+    prio = _priority(st, s, unit, 1)
+    last = b.compute(
+        dev, work.forward_s - core_s, deps, category="forward", label=f"fwd {tag}", priority=prio
     )
-    ends = [first]
+    ends = [last]
     if overlapped:
-        ends.append(_comm(st, s, dev, overlapped, [first] if cp_calls else deps, unit, "fwd comm"))
+        ends.append(_comm(st, s, dev, overlapped, [last] if cp_calls else deps, unit, "fwd comm"))
     if core_s:
-        ends.append(
-            b.compute(
-                dev,
-                core_s,
-                [first],
-                category="forward",
-                label=f"attn {tag}",
-                priority=_priority(st, s, unit, 2),
-            )
-        )
+        prio = _priority(st, s, unit, 2)
+        last = b.compute(dev, core_s, [last], category="forward", label=f"attn {tag}", priority=prio)
+        ends.append(last)
     blocking = st.timer.total([c for c in work.forward_comm if c.blocking], s)
     if blocking:
-        ends = [
-            b.compute(
-                dev, blocking, ends, category="tp", label=f"fwd tp {tag}", priority=_priority(st, s, unit, 3)
-            )
-        ]
+        prio = _priority(st, s, unit, 3)
+        last = b.compute(dev, blocking, ends, category="tp", label=f"fwd tp {tag}", priority=prio)
+        ends = [last]
+    st.previous[(s, d)] = last
     st.forward[(s, d, unit)] = ends[0] if len(ends) == 1 else b.marker(ends, label=f"fwd done {tag}")
 
 
@@ -307,14 +348,15 @@ def _comm(st: _Build, s: int, dev: str, calls: list[CommCall], deps: list[int], 
 
 
 def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
+    """Backward: recompute, blocking calls and the input-gradient half, then the weight-gradient
+    half beside the overlappable calls; ZeRO-3/FSDP's reduce-scatter after it."""
     layout, b = st.layout, st.b
     dev = st.reps[s][d]
     work = layout.chunks[s][unit.chunk]
     g = _chunk_index(st, s, unit)
-    last = layout.strategy.pp * layout.virtual_stages - 1
     tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
     deps.append(st.forward[(s, d, Unit("F", unit.microbatch, unit.chunk))])
-    if g < last:
+    if g < layout.strategy.pp * layout.virtual_stages - 1:
         ns, nc = _neighbour(st, g + 1)
         later = st.backward[(ns, d, Unit("B", unit.microbatch, nc))]
         deps.append(
@@ -332,42 +374,30 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
         deps.append(gather)
     blocking = st.timer.total([c for c in work.backward_comm if c.blocking], s)
     overlapped = [c for c in work.backward_comm if not c.blocking]
-    head = work.recompute_s + blocking + work.backward_s * (1 - WGRAD_SHARE)
-    first = b.compute(
-        dev, head, deps, category="backward", label=f"bwd {tag}", priority=_priority(st, s, unit, 1)
-    )
-    ends = [
-        b.compute(
-            dev,
-            work.backward_s * WGRAD_SHARE,
-            [first],
-            category="backward",
-            label=f"wgrad {tag}",
-            priority=_priority(st, s, unit, 2),
-        )
-    ]
+    head_s = work.recompute_s + blocking + work.backward_s * (1 - WGRAD_SHARE)
+    prio = _priority(st, s, unit, 1)
+    first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}", priority=prio)
+    prio = _priority(st, s, unit, 2)
+    wgrad_s = work.backward_s * WGRAD_SHARE
+    last = b.compute(dev, wgrad_s, [first], category="backward", label=f"wgrad {tag}", priority=prio)
+    st.previous[(s, d)] = last
+    ends = [last]
     if overlapped:
         ends.append(_comm(st, s, dev, overlapped, [first], unit, "bwd comm"))
+    done = ends[0] if len(ends) == 1 else b.marker(ends, label=f"bwd done {tag}")
     if layout.per_microbatch_sync and layout.grad_sync[s]:
         share = len(work.layers) / max(1, sum(len(c.layers) for c in layout.chunks[s]))
         scatter_s = st.timer.total(layout.grad_sync[s], s) * share
         prio = _priority(st, s, unit, 5)
-        ends.append(
-            b.compute(
-                dev,
-                scatter_s,
-                list(ends),
-                category="fsdp",
-                label=f"reduce-scatter {tag}",
-                priority=prio,
-                stream=COMM_STREAM,
-            )
+        label = f"reduce-scatter {tag}"
+        st.scattered[(s, d, unit)] = b.compute(
+            dev, scatter_s, [done], category="fsdp", label=label, priority=prio, stream=COMM_STREAM
         )
-    st.backward[(s, d, unit)] = ends[0] if len(ends) == 1 else b.marker(ends, label=f"bwd done {tag}")
+    st.backward[(s, d, unit)] = done
 
 
 def _add_step_end(st: _Build) -> None:
     """Per stage and rank: gradient buckets, tied embeddings, optimizer, parameter all-gather."""
     from parplan.plan.sharded.step_end import add_step_end
 
-    add_step_end(st.b, st.ctx, st.layout, st.timer, st.reps, st.backward)
+    add_step_end(st.b, st.ctx, st.layout, st.timer, st.reps, {**st.backward, **st.scattered})
