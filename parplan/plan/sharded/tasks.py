@@ -31,10 +31,12 @@ NVSwitch is its own; CP and FSDP traffic that leaves the node does share NICs wi
 in reality), and a cluster whose GPUs share one NIC per node would need the other TP ranks'
 traffic too (their rings are not in the graph).
 
-**Order.** Each representative's compute stream runs its stage's units in the pipeline schedule's
-:meth:`~parplan.pipeline.PipelineSchedule.worker_order` (priorities ``position x 8 + part``) under
-the schedule's rules (:meth:`~parplan.pipeline.PipelineSchedule.waits_for`); units name a chunk
-(model chunk ``c x pp + s`` on stage ``s``), so interleaved 1F1B runs as Megatron runs it.
+**Order.** Each representative's compute stream runs its stage's units strictly in the pipeline
+schedule's :meth:`~parplan.pipeline.PipelineSchedule.worker_order`, as Megatron's blocking schedule
+does: each unit waits for the one before it (and for the schedule's rules,
+:meth:`~parplan.pipeline.PipelineSchedule.waits_for`), so streams need no priorities and run FIFO
+(the engine books them in batches). Units name a chunk (model chunk ``c x pp + s`` on stage
+``s``), so interleaved 1F1B runs as Megatron runs it.
 Per unit: forward = compute, then its blocking calls; backward = recompute, blocking calls, the
 input-gradient half, then the weight-gradient half beside the overlappable calls. After the last
 backward: gradient buckets (ready when the chunks they cover finish their last backward, in
@@ -56,7 +58,7 @@ from parplan.taskgraph import COMM_STREAM, TaskGraph, TaskGraphBuilder
 
 if TYPE_CHECKING:
     from parplan.plan.base import PlanContext
-    from parplan.plan.sharded.costs import ChunkWork, ShardedLayout
+    from parplan.plan.sharded.costs import ShardedLayout
 
 WGRAD_SHARE = 0.5
 """Share of a backward pass spent in weight-gradient GEMMs (what TP backward calls hide behind);
@@ -153,10 +155,43 @@ class _Build:
     reps: list[list[str]]  # [stage][dp rank]
     forward: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # (stage, d, unit) -> done
     backward: dict[tuple[int, int, Unit], int] = field(default_factory=dict)
-    position: dict[tuple[int, Unit], int] = field(default_factory=dict)  # (stage, unit) -> order
+    costs: dict[tuple[int, int], _Costs] = field(default_factory=dict)  # (stage, chunk) -> seconds
     gathered: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last gather
     previous: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last unit's end
     scattered: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # ZeRO-3/FSDP reduce-scatter
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Seconds of one chunk's parts on one stage, one micro-batch (the same on every dp rank)."""
+
+    forward_blocking_s: float
+    forward_overlapped: tuple[CommCall, ...]
+    forward_overlapped_s: float
+    forward_core_s: float  # the attention core, apart when the CP ring hides behind it
+    backward_blocking_s: float
+    backward_overlapped: tuple[CommCall, ...]
+    backward_overlapped_s: float
+    share: float  # the chunk's share of the stage's layers (its ZeRO-3/FSDP calls)
+
+
+def _costs(st: _Build, s: int, chunk: int) -> _Costs:
+    found = st.costs.get((s, chunk))
+    if found is None:
+        work, timer = st.layout.chunks[s][chunk], st.timer
+        fwd = tuple(c for c in work.forward_comm if not c.blocking)
+        bwd = tuple(c for c in work.backward_comm if not c.blocking)
+        found = st.costs[(s, chunk)] = _Costs(
+            forward_blocking_s=timer.total([c for c in work.forward_comm if c.blocking], s),
+            forward_overlapped=fwd,
+            forward_overlapped_s=timer.total(fwd, s),
+            forward_core_s=work.attention_forward_s if any(c.axis == "cp" for c in fwd) else 0.0,
+            backward_blocking_s=timer.total([c for c in work.backward_comm if c.blocking], s),
+            backward_overlapped=bwd,
+            backward_overlapped_s=timer.total(bwd, s),
+            share=len(work.layers) / max(1, sum(len(c.layers) for c in st.layout.chunks[s])),
+        )
+    return found
 
 
 def representatives(layout: ShardedLayout) -> list[list[str]]:
@@ -173,25 +208,70 @@ def build_tasks(ctx: PlanContext, layout: ShardedLayout) -> TaskGraph:
     pp, v, m = strategy.pp, layout.virtual_stages, layout.microbatches
     if v > 1 and not schedule.interleaved:
         raise PlanError(f"pipeline schedule {schedule.name!r} runs one chunk per stage, not {v}")
-    st = _Build(TaskGraphBuilder(), ctx, layout, CallTimer(ctx, layout), representatives(layout))
+    reps = representatives(layout)
+    # one data-parallel rank's pipeline, built once and copied for the others (module docstring)
+    st = _Build(TaskGraphBuilder(), ctx, layout, CallTimer(ctx, layout), [[row[0]] for row in reps])
     orders = []
     for s in range(pp):
         stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
         orders.append(schedule.worker_order(stage))
-        st.position.update(((s, u), k) for k, u in enumerate(orders[-1]))
     for s, unit in strict_order(orders, pp, v):
         stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
-        waits = schedule.waits_for(unit, stage)
-        for d in range(layout.mesh.dp):
-            _add_unit(st, s, d, unit, waits)
-    _add_step_end(st)
+        _add_unit(st, s, 0, unit, schedule.waits_for(unit, stage))
+    b = TaskGraphBuilder()
+    offsets = replicate(b, st.b.build(), reps)
+    ends = {**st.backward, **st.scattered}
+    last = {
+        (s, d, u): ends[(s, 0, u)] + offset
+        for d, offset in enumerate(offsets)
+        for s in range(pp)
+        for u in (Unit("B", m - 1, c) for c in range(v))
+    }
+    from parplan.plan.sharded.step_end import add_step_end
+
+    add_step_end(b, ctx, layout, st.timer, reps, last)
     mesh = layout.mesh
-    return st.b.build(
-        meta={
-            "representatives": [dev for row in st.reps for dev in row],
-            "represents": mesh.tp * mesh.cp,
-        }
+    return b.build(
+        meta={"representatives": [dev for row in reps for dev in row], "represents": mesh.tp * mesh.cp}
     )
+
+
+def replicate(b: TaskGraphBuilder, piece: TaskGraph, reps: Sequence[Sequence[str]]) -> list[int]:
+    """Append ``piece`` (the pipeline of data-parallel rank 0, on ``reps[s][0]``) once per rank
+    ``d`` with each ``reps[s][0]`` replaced by ``reps[s][d]``; returns each copy's task offset."""
+    import numpy as np
+
+    categories = np.array([b.category_id(c) for c in piece.categories], dtype=np.int32)
+    labels = np.array([b.label_id(x) for x in piece.labels], dtype=np.int32)
+    stage_of = {row[0]: s for s, row in enumerate(reps)}
+    offsets: list[int] = []
+    for d in range(len(reps[0])):
+        devices = np.array([b.device_id(reps[stage_of[x]][d]) for x in piece.devices] + [-1], dtype=np.int32)
+        first = b.num_tasks
+        columns: dict[str, np.ndarray] = {
+            "kind": piece.kind,
+            "device": devices[piece.device],  # -1 (markers) reads the appended -1
+            "dst": devices[piece.dst],
+            "size_bytes": piece.size_bytes,
+            "seconds": piece.seconds,
+            "flops": piece.flops,
+            "reduce": piece.reduce,
+            "priority": piece.priority,
+            "category": categories[piece.category],
+            "label": labels[piece.label],
+            "protocol": piece.protocol,
+            "overhead_s": piece.overhead_s,
+            "max_rate_Bps": piece.max_rate_Bps,
+        }
+        if piece.stream is not None:
+            columns["stream"] = piece.stream
+        if piece.lane is not None:
+            columns["lane"] = piece.lane
+        b.add_block(
+            columns, np.asarray(piece.dep_offsets, dtype=np.int64), piece.dep_indices.astype(np.int64) + first
+        )
+        offsets.append(first)
+    return offsets
 
 
 def strict_order(orders: Sequence[Sequence[Unit]], pp: int, v: int) -> list[tuple[int, Unit]]:
@@ -240,10 +320,6 @@ def strict_order(orders: Sequence[Sequence[Unit]], pp: int, v: int) -> list[tupl
     return out
 
 
-def _priority(st: _Build, s: int, unit: Unit, part: int) -> int:
-    return st.position[(s, unit)] * 8 + part
-
-
 def _chunk_index(st: _Build, s: int, unit: Unit) -> int:
     """The model chunk ``unit`` runs on stage ``s`` (``chunk x pp + s``)."""
     return unit.chunk * st.layout.strategy.pp + s
@@ -267,7 +343,7 @@ def _add_unit(st: _Build, s: int, d: int, unit: Unit, waits: Sequence[Unit]) -> 
         _add_backward(st, s, d, unit, deps)
 
 
-def _gather(st: _Build, s: int, d: int, work: ChunkWork, unit: Unit, deps: list[int]) -> int | None:
+def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> int | None:
     """ZeRO-3/FSDP: the chunk's parameter gathers on the communication stream, one chunk ahead of
     its use (each waits only for the previous gather: the stream runs them in order)."""
     layout = st.layout
@@ -275,17 +351,15 @@ def _gather(st: _Build, s: int, d: int, work: ChunkWork, unit: Unit, deps: list[
         return None
     if unit.direction == "B" and not layout.param_gather_backward:
         return None
-    calls = layout.param_gather[s]
-    share = len(work.layers) / max(1, sum(len(c.layers) for c in layout.chunks[s]))
-    seconds = st.timer.total(calls, s) * share
+    seconds = st.timer.total(layout.param_gather[s], s) * _costs(st, s, unit.chunk).share
     prev = st.gathered.get((s, d))
+    label = f"gather s{s} {unit.direction}{unit.microbatch}.{unit.chunk}"
     task = st.b.compute(
         st.reps[s][d],
         seconds,
         [prev] if prev is not None else deps,
         category="fsdp",
-        label=f"gather s{s} {unit.direction}{unit.microbatch}.{unit.chunk}",
-        priority=_priority(st, s, unit, 0),
+        label=label,
         stream=COMM_STREAM,
     )
     st.gathered[(s, d)] = task
@@ -297,7 +371,7 @@ def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> Non
     blocking calls; overlappable TP calls (``tp_comm_overlap``) beside the compute."""
     layout, b = st.layout, st.b
     dev = st.reps[s][d]
-    work = layout.chunks[s][unit.chunk]
+    work, costs = layout.chunks[s][unit.chunk], _costs(st, s, unit.chunk)
     g = _chunk_index(st, s, unit)
     tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
     if g > 0:
@@ -308,43 +382,40 @@ def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> Non
                 st.reps[ps][d], dev, layout.p2p_bytes, [prev], category="activation", label=f"act {tag}"
             )
         )
-    gather = _gather(st, s, d, work, unit, deps)
+    gather = _gather(st, s, d, unit, deps)
     if gather is not None:
         deps.append(gather)
-    overlapped = [c for c in work.forward_comm if not c.blocking]
-    cp_calls = [c for c in overlapped if c.axis == "cp"]
-    core_s = work.attention_forward_s if cp_calls else 0.0
-    prio = _priority(st, s, unit, 1)
-    last = b.compute(
-        dev, work.forward_s - core_s, deps, category="forward", label=f"fwd {tag}", priority=prio
-    )
+    core_s = costs.forward_core_s
+    last = b.compute(dev, work.forward_s - core_s, deps, category="forward", label=f"fwd {tag}")
     ends = [last]
-    if overlapped:
-        ends.append(_comm(st, s, dev, overlapped, [last] if cp_calls else deps, unit, "fwd comm"))
+    if costs.forward_overlapped:
+        ends.append(
+            _comm(
+                st,
+                s,
+                dev,
+                costs.forward_overlapped,
+                costs.forward_overlapped_s,
+                [last] if core_s else deps,
+                f"fwd comm {tag}",
+            )
+        )
     if core_s:
-        prio = _priority(st, s, unit, 2)
-        last = b.compute(dev, core_s, [last], category="forward", label=f"attn {tag}", priority=prio)
+        last = b.compute(dev, core_s, [last], category="forward", label=f"attn {tag}")
         ends.append(last)
-    blocking = st.timer.total([c for c in work.forward_comm if c.blocking], s)
-    if blocking:
-        prio = _priority(st, s, unit, 3)
-        last = b.compute(dev, blocking, ends, category="tp", label=f"fwd tp {tag}", priority=prio)
+    if costs.forward_blocking_s:
+        last = b.compute(dev, costs.forward_blocking_s, ends, category="tp", label=f"fwd tp {tag}")
         ends = [last]
     st.previous[(s, d)] = last
     st.forward[(s, d, unit)] = ends[0] if len(ends) == 1 else b.marker(ends, label=f"fwd done {tag}")
 
 
-def _comm(st: _Build, s: int, dev: str, calls: list[CommCall], deps: list[int], unit: Unit, what: str) -> int:
+def _comm(
+    st: _Build, s: int, dev: str, calls: Sequence[CommCall], seconds: float, deps: list[int], label: str
+) -> int:
     """Overlappable calls as one task on the communication stream."""
-    return st.b.compute(
-        dev,
-        st.timer.total(calls, s),
-        deps,
-        category=calls[0].axis if len({c.axis for c in calls}) == 1 else "comm",
-        label=f"{what} s{s} mb{unit.microbatch}.{unit.chunk}",
-        priority=_priority(st, s, unit, 4),
-        stream=COMM_STREAM,
-    )
+    category = calls[0].axis if len({c.axis for c in calls}) == 1 else "comm"
+    return st.b.compute(dev, seconds, deps, category=category, label=label, stream=COMM_STREAM)
 
 
 def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
@@ -352,7 +423,7 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
     half beside the overlappable calls; ZeRO-3/FSDP's reduce-scatter after it."""
     layout, b = st.layout, st.b
     dev = st.reps[s][d]
-    work = layout.chunks[s][unit.chunk]
+    work, costs = layout.chunks[s][unit.chunk], _costs(st, s, unit.chunk)
     g = _chunk_index(st, s, unit)
     tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
     deps.append(st.forward[(s, d, Unit("F", unit.microbatch, unit.chunk))])
@@ -369,35 +440,25 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
                 label=f"grad {tag}",
             )
         )
-    gather = _gather(st, s, d, work, unit, deps)
+    gather = _gather(st, s, d, unit, deps)
     if gather is not None:
         deps.append(gather)
-    blocking = st.timer.total([c for c in work.backward_comm if c.blocking], s)
-    overlapped = [c for c in work.backward_comm if not c.blocking]
-    head_s = work.recompute_s + blocking + work.backward_s * (1 - WGRAD_SHARE)
-    prio = _priority(st, s, unit, 1)
-    first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}", priority=prio)
-    prio = _priority(st, s, unit, 2)
-    wgrad_s = work.backward_s * WGRAD_SHARE
-    last = b.compute(dev, wgrad_s, [first], category="backward", label=f"wgrad {tag}", priority=prio)
+    head_s = work.recompute_s + costs.backward_blocking_s + work.backward_s * (1 - WGRAD_SHARE)
+    first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}")
+    last = b.compute(dev, work.backward_s * WGRAD_SHARE, [first], category="backward", label=f"wgrad {tag}")
     st.previous[(s, d)] = last
     ends = [last]
-    if overlapped:
-        ends.append(_comm(st, s, dev, overlapped, [first], unit, "bwd comm"))
+    if costs.backward_overlapped:
+        ends.append(
+            _comm(
+                st, s, dev, costs.backward_overlapped, costs.backward_overlapped_s, [first], f"bwd comm {tag}"
+            )
+        )
     done = ends[0] if len(ends) == 1 else b.marker(ends, label=f"bwd done {tag}")
     if layout.per_microbatch_sync and layout.grad_sync[s]:
-        share = len(work.layers) / max(1, sum(len(c.layers) for c in layout.chunks[s]))
-        scatter_s = st.timer.total(layout.grad_sync[s], s) * share
-        prio = _priority(st, s, unit, 5)
+        scatter_s = st.timer.total(layout.grad_sync[s], s) * costs.share
         label = f"reduce-scatter {tag}"
         st.scattered[(s, d, unit)] = b.compute(
-            dev, scatter_s, [done], category="fsdp", label=label, priority=prio, stream=COMM_STREAM
+            dev, scatter_s, [done], category="fsdp", label=label, stream=COMM_STREAM
         )
     st.backward[(s, d, unit)] = done
-
-
-def _add_step_end(st: _Build) -> None:
-    """Per stage and rank: gradient buckets, tied embeddings, optimizer, parameter all-gather."""
-    from parplan.plan.sharded.step_end import add_step_end
-
-    add_step_end(st.b, st.ctx, st.layout, st.timer, st.reps, {**st.backward, **st.scattered})
