@@ -23,9 +23,9 @@ from parplan.taskgraph import COMM_STREAM, TaskGraphBuilder
 
 if TYPE_CHECKING:
     from parplan.plan.base import PlanContext
+    from parplan.plan.sharded.calls import CallTimer
     from parplan.plan.sharded.comm import CommCall
     from parplan.plan.sharded.costs import ShardedLayout
-    from parplan.plan.sharded.tasks import CallTimer
 
 
 def add_step_end(
@@ -123,10 +123,10 @@ def _lower(
 ) -> list[int]:
     """Lower ``call`` on ``devices`` into transfers (registry, ``auto``); each rank's done marker."""
     from parplan.plan.collective import lower_schedule
-    from parplan.plan.sharded.tasks import _run, _schedule
+    from parplan.plan.sharded.calls import call_run, call_schedule
 
-    run = _run(ctx, layout, call, devices)
-    schedule, element_bytes = _schedule(ctx, run, call, devices)
+    run = call_run(ctx, layout, call, devices)
+    schedule, element_bytes = call_schedule(ctx, run, call, devices)
     tasks = lower_schedule(
         b,
         schedule,

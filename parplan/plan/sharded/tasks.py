@@ -47,12 +47,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from parplan.errors import PlanError
 from parplan.pipeline import Stage, Unit
 from parplan.pipeline import get as get_schedule
-from parplan.plan.sharded.clock import CollectiveClock
+from parplan.plan.sharded.calls import CallTimer
 from parplan.plan.sharded.comm import CommCall
 from parplan.taskgraph import COMM_STREAM, TaskGraph, TaskGraphBuilder
 
@@ -63,85 +63,6 @@ if TYPE_CHECKING:
 WGRAD_SHARE = 0.5
 """Share of a backward pass spent in weight-gradient GEMMs (what TP backward calls hide behind);
 the analytic evaluation uses the same share."""
-
-_LOWERED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-"""Collectives the registry lowers into schedules (others are timed in closed form)."""
-
-
-class CallTimer:
-    """Seconds of one :class:`CommCall` in its group, timed once per (call, size, stage) by the
-    engine on one lowered instance (module docstring), else by the closed form."""
-
-    def __init__(self, ctx: PlanContext, layout: ShardedLayout) -> None:
-        self.ctx = ctx
-        self.clock = CollectiveClock(ctx, layout)
-        self._times: dict[tuple[str, str, float, int], float] = {}
-
-    def seconds(self, call: CommCall, stage: int) -> float:
-        """Seconds of ``call`` on stage ``stage``'s group (0 for a group of one)."""
-        key = (call.collective, call.axis, call.size_bytes, stage)
-        found = self._times.get(key)
-        if found is None:
-            found = self._times[key] = self._time(call, stage)
-        return found
-
-    def total(self, calls: Sequence[CommCall], stage: int) -> float:
-        """Seconds of ``calls`` one after another."""
-        return sum(self.seconds(c, stage) for c in calls)
-
-    def _time(self, call: CommCall, stage: int) -> float:
-        devices = self.clock.group(call.axis, stage)
-        if len(devices) < 2 or call.size_bytes <= 0:
-            return 0.0
-        if self.ctx.simulator is None or call.collective not in _LOWERED:
-            return self.clock.seconds(call, stage)
-        graph = lowered_graph(self.ctx, self.clock.layout, call, devices)
-        return float(self.ctx.simulator(graph, self.ctx.network))
-
-
-def _run(ctx: PlanContext, layout: ShardedLayout, call: CommCall, devices: Sequence[str]) -> Any:
-    """(algorithm spec, run) of ``call`` on ``devices``: the data-parallel algorithm for gradient
-    all-reduces, NCCL's ``auto`` pick otherwise."""
-    from parplan.collectives.auto import AutoAlgorithm
-    from parplan.plan.collective import resolve_run
-    from parplan.topology.nccl_system import nccl_system
-
-    spec: Any = AutoAlgorithm(name="auto")
-    if call.collective == "all_reduce" and call.axis in ("dp", "dp_cp", "edp", "dp_replicate"):
-        spec = layout.strategy.aggregation.algorithm
-    system = nccl_system(ctx.network, list(devices)) if isinstance(spec, AutoAlgorithm) else None
-    return resolve_run(spec, call.size_bytes, system, ctx.network.transport, collective=call.collective)
-
-
-def _schedule(ctx: PlanContext, run: Any, call: CommCall, devices: Sequence[str]) -> tuple[Any, float]:
-    """The schedule of ``call`` under ``run`` and its element size (bytes)."""
-    from parplan.collectives.registry import get
-    from parplan.topology.placement import groups_by_node
-
-    algorithm = get(run.spec.name, call.collective)
-    groups = groups_by_node(ctx.network, list(devices)) if algorithm.uses_groups(run.spec) else None
-    element_bytes = max(1.0, call.size_bytes / 2**20)
-    elements = max(1, round(call.size_bytes / element_bytes))
-    return algorithm.build(run.spec, len(devices), elements, groups), call.size_bytes / elements
-
-
-def lowered_graph(
-    ctx: PlanContext, layout: ShardedLayout, call: CommCall, devices: Sequence[str]
-) -> TaskGraph:
-    """A task graph of just ``call`` on ``devices`` (what :class:`CallTimer` simulates)."""
-    from parplan.plan.collective import collective_taskgraph
-
-    run = _run(ctx, layout, call, devices)
-    schedule, element_bytes = _schedule(ctx, run, call, devices)
-    return collective_taskgraph(
-        schedule,
-        list(devices),
-        element_bytes,
-        protocol=run.protocol,
-        call_overhead_s=run.call_overhead_s,
-        max_rate_Bps=run.max_rate_Bps,
-        network=ctx.network,
-    )
 
 
 @dataclass
@@ -158,6 +79,7 @@ class _Build:
     costs: dict[tuple[int, int], _Costs] = field(default_factory=dict)  # (stage, chunk) -> seconds
     gathered: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last gather
     previous: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last unit's end
+    earlier: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> the unit's before
     scattered: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # ZeRO-3/FSDP reduce-scatter
 
 
@@ -344,8 +266,9 @@ def _add_unit(st: _Build, s: int, d: int, unit: Unit, waits: Sequence[Unit]) -> 
 
 
 def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> int | None:
-    """ZeRO-3/FSDP: the chunk's parameter gathers on the communication stream, one chunk ahead of
-    its use (each waits only for the previous gather: the stream runs them in order)."""
+    """ZeRO-3/FSDP: the chunk's parameter gathers on the communication stream, one unit ahead of
+    their use: the gather for a unit starts once the unit two places before it has ended (its
+    parameters may be freed, FSDP's limit of one prefetch) and the previous gather is done."""
     layout = st.layout
     if not layout.per_microbatch_sync or not layout.param_gather[s]:
         return None
@@ -353,11 +276,14 @@ def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> int | No
         return None
     seconds = st.timer.total(layout.param_gather[s], s) * _costs(st, s, unit.chunk).share
     prev = st.gathered.get((s, d))
+    waits = list(deps) if prev is None else [prev]
+    if prev is not None and (s, d) in st.earlier:
+        waits.append(st.earlier[(s, d)])
     label = f"gather s{s} {unit.direction}{unit.microbatch}.{unit.chunk}"
     task = st.b.compute(
         st.reps[s][d],
         seconds,
-        [prev] if prev is not None else deps,
+        waits,
         category="fsdp",
         label=label,
         stream=COMM_STREAM,
@@ -406,6 +332,8 @@ def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> Non
     if costs.forward_blocking_s:
         last = b.compute(dev, costs.forward_blocking_s, ends, category="tp", label=f"fwd tp {tag}")
         ends = [last]
+    if (s, d) in st.previous:
+        st.earlier[(s, d)] = st.previous[(s, d)]
     st.previous[(s, d)] = last
     st.forward[(s, d, unit)] = ends[0] if len(ends) == 1 else b.marker(ends, label=f"fwd done {tag}")
 
@@ -446,6 +374,8 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
     head_s = work.recompute_s + costs.backward_blocking_s + work.backward_s * (1 - WGRAD_SHARE)
     first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}")
     last = b.compute(dev, work.backward_s * WGRAD_SHARE, [first], category="backward", label=f"wgrad {tag}")
+    if (s, d) in st.previous:
+        st.earlier[(s, d)] = st.previous[(s, d)]
     st.previous[(s, d)] = last
     ends = [last]
     if costs.backward_overlapped:

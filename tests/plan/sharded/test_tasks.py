@@ -19,8 +19,9 @@ from parplan.engine.simulate import simulate
 from parplan.model.graph import build_model
 from parplan.pipeline import Stage, get
 from parplan.plan.base import PlanContext
+from parplan.plan.sharded.calls import CallTimer
 from parplan.plan.sharded.costs import ShardedLayout, layout_plan
-from parplan.plan.sharded.tasks import WGRAD_SHARE, CallTimer, build_tasks, representatives
+from parplan.plan.sharded.tasks import WGRAD_SHARE, build_tasks, representatives
 from parplan.taskgraph import COMM_STREAM, COMPUTE, TRANSFER, TaskGraph
 from parplan.topology.build import build_network
 from tests.plan.strategy_helpers import dgx_cluster
