@@ -24,8 +24,14 @@ if TYPE_CHECKING:
     from parplan.plan.base import PlanContext
     from parplan.plan.sharded.costs import ShardedLayout
 
-_LOWERED = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-"""Collectives the registry lowers into schedules (others are timed in closed form)."""
+
+def lowerable(collective: str) -> bool:
+    """Whether the registry has schedules for ``collective`` (all-reduce, all-gather,
+    reduce-scatter, broadcast; all-to-all once it is registered); send/recv never."""
+    from parplan.collectives.registry import algorithms
+    from parplan.collectives.schedule import COLLECTIVES
+
+    return collective in COLLECTIVES and bool(algorithms(collective))
 
 
 class CallTimer:
@@ -53,7 +59,7 @@ class CallTimer:
         devices = self.clock.group(call.axis, stage)
         if len(devices) < 2 or call.size_bytes <= 0:
             return 0.0
-        if self.ctx.simulator is None or call.collective not in _LOWERED:
+        if self.ctx.simulator is None or not lowerable(call.collective):
             return self.clock.seconds(call, stage)
         graph = lowered_graph(self.ctx, self.clock.layout, call, devices)
         return float(self.ctx.simulator(graph, self.ctx.network))

@@ -19,7 +19,7 @@ from parplan.engine.simulate import simulate
 from parplan.model.graph import build_model
 from parplan.pipeline import Stage, get
 from parplan.plan.base import PlanContext
-from parplan.plan.sharded.calls import CallTimer
+from parplan.plan.sharded.calls import CallTimer, lowered_graph
 from parplan.plan.sharded.costs import ShardedLayout, layout_plan
 from parplan.plan.sharded.tasks import WGRAD_SHARE, build_tasks, representatives
 from parplan.taskgraph import COMM_STREAM, COMPUTE, TRANSFER, TaskGraph
@@ -191,3 +191,18 @@ def test_calls_beyond_the_representatives_are_replayed() -> None:
     assert not any(c == "allreduce" for c in cats)
     replayed = [t for t in range(g.num_tasks) if cats[t] == "dp"]
     assert replayed and g.stream is not None and all(g.stream[t] == COMM_STREAM for t in replayed)
+
+
+def test_replayed_calls_are_timed_by_the_engine_on_one_lowered_instance() -> None:
+    ctx = context(batch=8)
+    layout = layout_plan(ctx, sharded(tp=4, pp=2, dp=1))
+    call = next(c for c in layout.chunks[0][0].forward_comm if c.axis == "tp")
+    timer = CallTimer(ctx, layout)
+    group = timer.clock.group("tp", 0)
+    assert len(group) == 4
+    lowered = lowered_graph(ctx, layout, call, group)
+    assert lowered.num_tasks > 0 and set(lowered.devices) >= set(group)
+    assert timer.seconds(call, 0) == simulate(lowered, ctx.network).makespan_s > 0
+    no_engine = CallTimer(dataclasses.replace(ctx, simulator=None), layout)
+    assert no_engine.seconds(call, 0) == timer.clock.seconds(call, 0)
+    assert no_engine.seconds(call, 0) == pytest.approx(timer.seconds(call, 0), rel=0.25)
