@@ -206,3 +206,29 @@ def test_replayed_calls_are_timed_by_the_engine_on_one_lowered_instance() -> Non
     no_engine = CallTimer(dataclasses.replace(ctx, simulator=None), layout)
     assert no_engine.seconds(call, 0) == timer.clock.seconds(call, 0)
     assert no_engine.seconds(call, 0) == pytest.approx(timer.seconds(call, 0), rel=0.25)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "v"), [("1f1b", 1), ("gpipe", 1), ("interleaved_1f1b", 2), ("interleaved_1f1b", 4)]
+)
+def test_every_representative_runs_its_stage_in_the_schedules_order(schedule: str, v: int) -> None:
+    ctx = context(batch=8)
+    layout = layout_plan(ctx, sharded(tp=2, pp=2, dp=2, virtual_stages=v, schedule=schedule))
+    m = layout.microbatches
+    g = build_tasks(ctx, layout)
+    sim = simulate(g, ctx.network)
+    stream = np.zeros(g.num_tasks, dtype=np.int8) if g.stream is None else g.stream
+    wanted = {"forward": "fwd s", "backward": "bwd s"}
+    for s, row in enumerate(representatives(layout)):
+        order = get(schedule).worker_order(Stage(s, 2, m, v))
+        for dev in row:
+            mine = np.flatnonzero((g.kind == COMPUTE) & (g.device == g.devices.index(dev)) & (stream == 0))
+            mine = mine[np.argsort(sim.start_s[mine], kind="stable")]
+            starts = [
+                g.labels[g.label[t]]
+                for t in mine
+                if any(g.labels[g.label[t]].startswith(p) for p in wanted.values())
+            ]
+            assert starts == [
+                f"{'fwd' if u.direction == 'F' else 'bwd'} s{s} mb{u.microbatch}.{u.chunk}" for u in order
+            ]
