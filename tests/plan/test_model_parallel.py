@@ -42,7 +42,7 @@ def _cat(g: TaskGraph, name: str) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b"])  # one chunk per stage: 1F1B
 @pytest.mark.parametrize(("s", "m"), [(2, 1), (2, 4), (4, 4), (4, 8), (3, 16)])
 def test_uniform_stages_show_the_textbook_bubble(schedule: str, s: int, m: int) -> None:
     ctx = _ctx(s, chain_model(layers=2 * s, activation=1.0), batch=16 * m)
