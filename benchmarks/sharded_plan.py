@@ -8,7 +8,11 @@ sequence parallelism (Narayanan et al. 2021; Korthikanti et al. 2022). Prints th
 ``--repeat`` evaluations (target: <= 10 ms; routes and group figures cached on the cluster, as in a
 sweep) and the first one (which builds them), with the plan's step time and MFU.
 
-    python benchmarks/sharded_plan.py [--repeat 20]
+Then the same plan simulated event by event (:func:`parplan.plan.sharded.tasks.build_tasks`: one
+representative GPU per TP group, p2p and data-parallel traffic on the links; target <= 30 s and
+<= 2 GiB), with its step time beside the closed form's and the process's peak memory.
+
+    python benchmarks/sharded_plan.py [--repeat 20] [--no-event]
 """
 
 from __future__ import annotations
@@ -84,9 +88,38 @@ def strategy() -> ShardedStrategy:
     )
 
 
+def print_event(ctx: PlanContext, plan: ShardedStrategy) -> None:
+    """Build and simulate the plan's task graph; print tasks, times, the step and peak memory."""
+    import dataclasses
+    import resource
+
+    from parplan.api.sharded_analytic import evaluate_layout
+    from parplan.engine.simulate import simulate
+    from parplan.plan.sharded.costs import layout_plan
+    from parplan.plan.sharded.tasks import build_tasks
+
+    ctx = dataclasses.replace(ctx, simulator=lambda g, n: simulate(g, n).makespan_s)
+    t0 = time.perf_counter()
+    layout = layout_plan(ctx, plan)
+    graph = build_tasks(ctx, layout)
+    t1 = time.perf_counter()
+    sim = simulate(graph, ctx.network)
+    t2 = time.perf_counter()
+    closed = evaluate_layout(ctx, layout).step_time_s
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    print(
+        f"event simulation: {t2 - t0:.2f} s (build {t1 - t0:.2f} s: {graph.num_tasks:,} tasks on "
+        f"{len(graph.devices)} representative GPUs; simulate {t2 - t1:.2f} s); target <= 30 s, <= 2 GiB; "
+        f"process peak {peak_mib:.0f} MiB"
+    )
+    diff = sim.makespan_s / closed - 1
+    print(f"event step {sim.makespan_s:.2f} s vs closed form {closed:.2f} s ({diff:+.1%})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20, help="evaluations to time (the best is shown)")
+    parser.add_argument("--no-event", action="store_true", help="skip the event-by-event simulation")
     args = parser.parse_args()
     from parplan.api.sharded_analytic import evaluate_sharded
 
@@ -110,6 +143,8 @@ def main() -> None:
         f"step {estimate.step_time_s:.2f} s, MFU {estimate.mfu:.1%}, "
         f"{estimate.model_tflops_per_gpu:.0f} model TFLOP/s per GPU; {estimate.bound}"
     )
+    if not args.no_event:
+        print_event(ctx, plan)
 
 
 if __name__ == "__main__":
