@@ -92,9 +92,12 @@ class ShardedEstimate:
 
 def _chunk_comm(
     clock: CollectiveClock, chunk: ChunkWork, stage: int, tp_overlap: bool
-) -> tuple[float, float]:
-    """(blocking, exposed overlappable) seconds of one chunk's TP/CP/EP calls, one micro-batch."""
+) -> tuple[float, float, float, float]:
+    """(blocking, exposed overlappable, overlappable forward, overlappable backward) seconds of one
+    chunk's TP/CP/EP calls, one micro-batch (the last two: what the communication stream carries)."""
     blocking = sum(clock.seconds(c, stage) for c in (*chunk.forward_comm, *chunk.backward_comm) if c.blocking)
+    busy_fwd = sum(clock.seconds(c, stage) for c in chunk.forward_comm if not c.blocking)
+    busy_bwd = sum(clock.seconds(c, stage) for c in chunk.backward_comm if not c.blocking)
 
     def hidden(calls: Sequence[CommCall], axis: str, behind_s: float) -> float:
         busy = sum(clock.seconds(c, stage) for c in calls if not c.blocking and c.axis == axis)
@@ -107,11 +110,12 @@ def _chunk_comm(
     exposed = hidden(chunk.forward_comm, "tp", fwd_gemm) + hidden(chunk.backward_comm, "tp", bwd_hide)
     exposed += hidden(chunk.forward_comm, "cp", chunk.attention_forward_s)
     exposed += hidden(chunk.backward_comm, "cp", chunk.attention_backward_s + chunk.recompute_s)
-    return blocking, exposed
+    return blocking, exposed, busy_fwd, busy_bwd
 
 
 def _sharding_per_microbatch(clock: CollectiveClock, stage: int, fwd_s: float, bwd_s: float) -> float:
-    """Exposed seconds of one micro-batch's ZeRO-3/FSDP gathers and reduce-scatters."""
+    """Exposed seconds of one micro-batch's ZeRO-3/FSDP gathers and reduce-scatters, hidden behind
+    ``fwd_s`` / ``bwd_s`` (the compute the communication stream has left after the other calls)."""
     layout = clock.layout
     if not layout.per_microbatch_sync:
         return 0.0
@@ -129,9 +133,10 @@ def _stage_micro(clock: CollectiveClock, stage: int) -> tuple[float, float, floa
     """(F, B, compute, recompute, blocking, exposed) of one micro-batch on ``stage``."""
     layout = clock.layout
     overlap = layout.strategy.tp_comm_overlap
-    fwd = bwd = compute = recompute = blocking = exposed = 0.0
+    fwd = bwd = compute = recompute = blocking = exposed = busy_fwd = busy_bwd = 0.0
     for chunk in layout.chunks[stage]:
-        b, e = _chunk_comm(clock, chunk, stage, overlap)
+        b, e, bf, bb = _chunk_comm(clock, chunk, stage, overlap)
+        busy_fwd, busy_bwd = busy_fwd + bf, busy_bwd + bb
         fwd_block = sum(clock.seconds(c, stage) for c in chunk.forward_comm if c.blocking)
         fwd += chunk.forward_s + fwd_block
         bwd += chunk.backward_s + chunk.recompute_s + (b - fwd_block)
@@ -141,7 +146,10 @@ def _stage_micro(clock: CollectiveClock, stage: int) -> tuple[float, float, floa
         exposed += e
     fwd_compute = sum(c.forward_s for c in layout.chunks[stage])
     bwd_compute = sum(c.backward_s + c.recompute_s for c in layout.chunks[stage])
-    exposed += _sharding_per_microbatch(clock, stage, fwd_compute, bwd_compute)
+    # one communication stream: FSDP's calls hide behind what the TP/CP calls leave of the compute
+    window_fwd = max(0.0, fwd_compute - busy_fwd)
+    window_bwd = max(0.0, bwd_compute - busy_bwd)
+    exposed += _sharding_per_microbatch(clock, stage, window_fwd, window_bwd)
     bwd += exposed
     return fwd, bwd, compute, recompute, blocking, exposed
 
