@@ -7,10 +7,12 @@ transfers among them through the registry and ``auto``, so it shares links with 
 traffic; any other (e.g. ``dp_cp`` with CP > 1, whose other members are not in the graph) is
 replayed on each representative's communication stream for the time :class:`CallTimer` gives.
 
-Buckets come in backward order; bucket ``k`` of ``n`` is ready when the last micro-batch's
-backward of the chunk that holds its parameters is done (chunk ``v - 1 - floor(k v / n)``: the
-last chunk first), and each waits for the previous one on its rank (NCCL runs them in order).
-Without ``aggregation.overlap`` every bucket waits for the stage's last backward.
+Buckets come in backward order; bucket ``k`` of ``n`` belongs to chunk :func:`bucket_chunk` (the
+last chunk first). The last micro-batch's weight-gradient pass of a chunk runs in one slice per
+bucket of the chunk (:mod:`~parplan.plan.sharded.tasks`), and bucket ``k`` is ready when its slice
+is done (``bucket_ready``), as DDP's and Megatron's buckets fill layer by layer during the last
+backward; each waits for the previous bucket on its rank (NCCL runs them in order). Without
+``aggregation.overlap`` every bucket waits for the stage's last backward.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ if TYPE_CHECKING:
     from parplan.plan.sharded.costs import ShardedLayout
 
 
+def bucket_chunk(k: int, buckets: int, virtual_stages: int) -> int:
+    """The chunk whose parameters gradient bucket ``k`` of ``buckets`` (backward order) holds:
+    ``v - 1 - floor(k v / n)``.
+
+    >>> [bucket_chunk(k, 4, 2) for k in range(4)]
+    [1, 1, 0, 0]
+    """
+    v = virtual_stages
+    return v - 1 - min(v - 1, k * v // buckets)
+
+
 def add_step_end(
     b: TaskGraphBuilder,
     ctx: PlanContext,
@@ -35,8 +48,11 @@ def add_step_end(
     timer: CallTimer,
     reps: Sequence[Sequence[str]],
     backward: Mapping[tuple[int, int, Unit], int],
+    bucket_ready: Mapping[tuple[int, int, int], int],
 ) -> None:
-    """Append the step's end for every stage and representative (module docstring)."""
+    """Append the step's end for every stage and representative (module docstring):
+    ``backward[(s, d, unit)]`` ends the last micro-batch's units, ``bucket_ready[(s, d, k)]`` the
+    slice that completes bucket ``k``'s gradients."""
     pp, v, m = layout.strategy.pp, layout.virtual_stages, layout.microbatches
     dp = len(reps[0])
     overlap = layout.strategy.aggregation.overlap
@@ -47,8 +63,8 @@ def add_step_end(
         previous = [[t] for t in all_done] if not overlap else [[] for _ in range(dp)]
         calls = () if layout.per_microbatch_sync else layout.grad_sync[s]
         for k, call in enumerate(calls):
-            chunk = v - 1 - min(v - 1, k * v // len(calls))
-            ready = [[last[d][chunk], *previous[d]] for d in range(dp)]
+            chunk = bucket_chunk(k, len(calls), v)
+            ready = [[bucket_ready.get((s, d, k), last[d][chunk]), *previous[d]] for d in range(dp)]
             previous = [[t] for t in _call(b, ctx, layout, timer, reps, s, call, ready)]
         synced.append([b.marker([all_done[d], *previous[d]], label=f"grads synced s{s}") for d in range(dp)])
     if layout.embedding_sync is not None and pp > 1:

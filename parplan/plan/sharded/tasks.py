@@ -54,6 +54,7 @@ from parplan.pipeline import Stage, Unit
 from parplan.pipeline import get as get_schedule
 from parplan.plan.sharded.calls import CallTimer
 from parplan.plan.sharded.comm import CommCall
+from parplan.plan.sharded.step_end import add_step_end, bucket_chunk
 from parplan.taskgraph import COMM_STREAM, TaskGraph, TaskGraphBuilder
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class _Build:
     previous: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last unit's end
     earlier: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> the unit's before
     scattered: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # ZeRO-3/FSDP reduce-scatter
+    bucket_ready: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (stage, d, bucket)
 
 
 @dataclass(frozen=True)
@@ -149,9 +151,11 @@ def build_tasks(ctx: PlanContext, layout: ShardedLayout) -> TaskGraph:
         for s in range(pp)
         for u in (Unit("B", m - 1, c) for c in range(v))
     }
-    from parplan.plan.sharded.step_end import add_step_end
 
-    add_step_end(b, ctx, layout, st.timer, reps, last)
+    ready = {
+        (s, d, k): t + offset for d, offset in enumerate(offsets) for (s, _, k), t in st.bucket_ready.items()
+    }
+    add_step_end(b, ctx, layout, st.timer, reps, last, ready)
     mesh = layout.mesh
     return b.build(
         meta={"representatives": [dev for row in reps for dev in row], "represents": mesh.tp * mesh.cp}
@@ -346,6 +350,18 @@ def _comm(
     return st.b.compute(dev, seconds, deps, category=category, label=label, stream=COMM_STREAM)
 
 
+def _bucket_slices(st: _Build, s: int, unit: Unit) -> list[int]:
+    """The gradient buckets whose last gradients ``unit`` computes (the last micro-batch's backward
+    of the chunk the bucket belongs to, with ``aggregation.overlap``), in backward order."""
+    layout = st.layout
+    if unit.microbatch != layout.microbatches - 1 or layout.per_microbatch_sync:
+        return []
+    if not layout.strategy.aggregation.overlap:
+        return []
+    n = len(layout.grad_sync[s])
+    return [k for k in range(n) if bucket_chunk(k, n, layout.virtual_stages) == unit.chunk]
+
+
 def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
     """Backward: recompute, blocking calls and the input-gradient half, then the weight-gradient
     half beside the overlappable calls; ZeRO-3/FSDP's reduce-scatter after it."""
@@ -373,7 +389,13 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
         deps.append(gather)
     head_s = work.recompute_s + costs.backward_blocking_s + work.backward_s * (1 - WGRAD_SHARE)
     first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}")
-    last = b.compute(dev, work.backward_s * WGRAD_SHARE, [first], category="backward", label=f"wgrad {tag}")
+    last = first
+    slices = _bucket_slices(st, s, unit)
+    for k in slices or [-1]:
+        wgrad_s = work.backward_s * WGRAD_SHARE / max(1, len(slices))
+        last = b.compute(dev, wgrad_s, [last], category="backward", label=f"wgrad {tag}")
+        if k >= 0:
+            st.bucket_ready[(s, d, k)] = last
     if (s, d) in st.previous:
         st.earlier[(s, d)] = st.previous[(s, d)]
     st.previous[(s, d)] = last
