@@ -15,9 +15,13 @@
   GPipe all ``m``; 1F1B ``min(m, pp - stage)``; interleaved 1F1B (Megatron's schedule) holds
   ``min(m v, 2 (pp - stage - 1) + (v - 1) pp + 1)`` model chunks of the stage, which on the first
   stage is ``pp v (1 + (pp - 1) / (pp v))`` chunks: Korthikanti's ``L / pp x pp x (1 + (pp - 1) /
-  (pp v))`` layers. The first stage adds the embedding's dropout mask (``s b h / cp`` bytes, over
-  TP with SP) per micro-batch in flight; the last stage adds the final norm's input and the fp32
-  logits of one micro-batch (``4 s b V / (cp tp)``: the loss's backward follows its forward).
+  (pp v))`` layers. Full recomputation adds one block's whole activations (the block being
+  rematerialised for its backward). The first stage adds the embedding's dropout mask (``s b h /
+  cp`` bytes, over TP with SP) per micro-batch in flight; the last stage adds the final norm's
+  input and, for one micro-batch (the loss's backward follows its forward), the logits and the
+  loss's fp32 softmax (:data:`LOGIT_BYTES` per logit, ``s b V / (cp tp)`` logits). Megatron's
+  ``selective`` recomputes the attention core only; torchtitan's op-level selective AC recomputes
+  more (every other matmul), so it holds less than this module says for ``selective``.
 - **Buffers**: pipeline send and receive buffers (two micro-batch activations each way); with SP
   one all-gathered activation; ZeRO-0/1/2 two gradient buckets (one reducing, one filling);
   ZeRO-3/FSDP the gathered weights of two units (the one running and the one prefetched) and
@@ -38,6 +42,10 @@ from parplan.plan.sharded.sync import fully_sharded, state_sharded
 if TYPE_CHECKING:
     from parplan.plan.base import PlanContext
     from parplan.plan.sharded.costs import ShardedLayout
+
+LOGIT_BYTES = 6.0
+"""Bytes per logit at the loss: the bf16 logits and the fp32 softmax Megatron's vocabulary-parallel
+cross-entropy keeps for backward (its gradient is written in place)."""
 
 FRAGMENTATION_FRACTION = 0.10
 """Allocator fragmentation, as a fraction of the per-step (activation and buffer) memory."""
@@ -101,33 +109,40 @@ def _activations(layout: ShardedLayout, stage: int) -> float:
     pp, v = strategy.pp, strategy.virtual_stages
     b, tp, cp = strategy.microbatch_size, strategy.tp, strategy.cp
     held = inflight_chunks(strategy.schedule, layout.microbatches, pp, stage, v)
-    per_layer: dict[bool, float] = {}
+
+    def per_layer(i: int, recompute: str) -> float:
+        return float(
+            block_activation_bytes(
+                shape,
+                microbatch=b,
+                tp=tp,
+                sp=strategy.sequence_parallel,
+                cp=cp,
+                recompute=recompute,  # type: ignore[arg-type]
+                flash_attention=strategy.flash_attention,
+                layer=i,
+            )
+        )
+
+    kinds: dict[bool, float] = {}
     layers = 0.0
+    working = 0.0
     for vc in range(v):
         for i in _block_indices(layout, vc * pp + stage):
             moe = shape.is_moe(i)
-            if moe not in per_layer:
-                per_layer[moe] = float(
-                    block_activation_bytes(
-                        shape,
-                        microbatch=b,
-                        tp=tp,
-                        sp=strategy.sequence_parallel,
-                        cp=cp,
-                        recompute=strategy.recompute,
-                        flash_attention=strategy.flash_attention,
-                        layer=i,
-                    )
-                )
-            layers += per_layer[moe]
-    total = layers * held
+            if moe not in kinds:
+                kinds[moe] = per_layer(i, strategy.recompute)
+                if strategy.recompute == "full":  # one block rematerialised for its backward
+                    working = max(working, per_layer(i, "none"))
+            layers += kinds[moe]
+    total = layers * held + working
     tokens = b * shape.sequence_length / cp
     sp_split = tp if strategy.sequence_parallel else 1
     if stage == 0:
         total += tokens * shape.hidden / sp_split * held  # embedding dropout mask, 1 byte per element
     if stage == pp - 1:
         total += tokens * shape.hidden * shape.bytes_per_element / sp_split  # final norm input
-        total += 4.0 * tokens * shape.vocabulary / tp  # fp32 logits of one micro-batch
+        total += LOGIT_BYTES * tokens * shape.vocabulary / tp  # logits and the loss's softmax
     return total
 
 
