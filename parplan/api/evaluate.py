@@ -106,7 +106,9 @@ def _utilisation(ctx: PlanContext, work: PlanWork, step_s: float) -> dict[str, f
     peak = work.graph.meta.get("peak_flop_per_s")
     if not isinstance(peak, int | float):
         peak = ctx.network.device(work.devices[0]).peak_flop_per_s
-    return mfu_quality(float(flops), step_s, len(work.devices), float(peak))
+    ratio = work.graph.meta.get("hfu_ratio")
+    hfu = float(ratio) if isinstance(ratio, int | float) else 1.0
+    return mfu_quality(float(flops), step_s, len(work.devices), float(peak), hfu)
 
 
 def summarize(ctx: PlanContext, name: str, strategy: Any, work: PlanWork, sim: SimResult) -> PlanResult:

@@ -33,7 +33,16 @@ def _meta(ctx: PlanContext, layout: ShardedLayout) -> dict[str, object]:
         "schedule": strategy.schedule,
         "model_flops_per_step": float(model_flops_per_token(layout.shape)) * tokens,
         "peak_flop_per_s": peak_flop_per_s(ctx, layout),
+        "hfu_ratio": hfu_ratio(layout),
     }
+
+
+def hfu_ratio(layout: ShardedLayout) -> float:
+    """Hardware over model FLOPs, as compute time: (forward + backward + recompute) / (forward +
+    backward) over every stage (1 without recomputation)."""
+    chunks = [c for row in layout.chunks for c in row]
+    base = sum(c.forward_s + c.backward_s for c in chunks)
+    return (base + sum(c.recompute_s for c in chunks)) / base if base > 0 else 1.0
 
 
 def peak_flop_per_s(ctx: PlanContext, layout: ShardedLayout) -> float:
