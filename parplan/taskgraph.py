@@ -21,6 +21,12 @@ Kinds of task:
   equally good paths between two devices (a GPU with several NICs), lanes take different ones.
 - ``MARKER``: takes no time; joins dependencies (e.g. "bucket 3 ready").
 
+A compute task runs on its device's compute stream (``stream`` 0) or on its *communication stream*
+(:data:`COMM_STREAM`): a second serial stream per device for collectives the plan has already timed
+(a sharded plan's TP or CP calls of one representative rank, lowered once with the engine's own
+rules and replayed as a task of that duration), so they overlap the device's compute as NCCL's
+stream does. ``stream`` is a :func:`constant` 0 in every graph that does not use it.
+
 ``label`` indexes ``labels`` (a string table) and ``category`` indexes ``categories`` (e.g.
 "forward", "backward", "optimizer", "allreduce", "activation", "p2p") so reports can split time by
 kind without a Python object per task.
@@ -41,6 +47,9 @@ import numpy.typing as npt
 from parplan.errors import SimulationError
 
 COMPUTE, TRANSFER, MARKER = 0, 1, 2
+
+COMPUTE_STREAM, COMM_STREAM = 0, 1
+"""The ``stream`` of a compute task: the device's compute stream, or its communication stream."""
 
 PROTOCOLS = ("ll", "ll128", "simple")
 """NCCL's protocols by the code a transfer's ``protocol`` column holds (-1: no protocol); a code
@@ -83,6 +92,7 @@ class TaskGraph:
     labels: tuple[str, ...]
     meta: dict[str, object] = field(default_factory=dict)
     lane: npt.NDArray[np.int32] | None = None  # transfer lane (route choice); None: every lane 0
+    stream: npt.NDArray[np.int8] | None = None  # compute task's stream (COMM_STREAM); None: all 0
 
     @property
     def num_tasks(self) -> int:
@@ -146,8 +156,12 @@ class TaskGraphBuilder:
         category: str = "compute",
         label: str = "",
         priority: int = 0,
+        stream: int = COMPUTE_STREAM,
     ) -> int:
-        """A compute task of known duration; returns its id."""
+        """A compute task of known duration on ``device``'s compute stream (or, with
+        ``stream=COMM_STREAM``, its communication stream); returns its id."""
+        if stream not in (COMPUTE_STREAM, COMM_STREAM):
+            raise SimulationError(f"unknown stream {stream}; valid: {COMPUTE_STREAM}, {COMM_STREAM}")
         return self._add(
             deps,
             kind=COMPUTE,
@@ -156,6 +170,7 @@ class TaskGraphBuilder:
             category=self.category_id(category),
             label=self.label_id(label or category),
             priority=priority,
+            stream=stream,
         )
 
     def compute_flops(
@@ -292,6 +307,7 @@ class TaskGraphBuilder:
             labels=tuple(self._label_index),
             meta=dict(meta or {}),
             lane=cols["lane"] if np.count_nonzero(cols["lane"]) else None,
+            stream=cols["stream"] if np.count_nonzero(cols["stream"]) else None,
         )
 
 
@@ -350,6 +366,7 @@ _COLUMNS = (
     "overhead_s",
     "max_rate_Bps",
     "lane",
+    "stream",
 )
 _DTYPES: dict[str, type] = {
     "kind": np.int8,
@@ -366,6 +383,7 @@ _DTYPES: dict[str, type] = {
     "overhead_s": np.float64,
     "max_rate_Bps": np.float64,
     "lane": np.int32,
+    "stream": np.int8,
 }
 _DEFAULTS: dict[str, object] = {
     "kind": MARKER,
@@ -382,4 +400,5 @@ _DEFAULTS: dict[str, object] = {
     "overhead_s": 0.0,
     "max_rate_Bps": float("inf"),
     "lane": 0,
+    "stream": COMPUTE_STREAM,
 }

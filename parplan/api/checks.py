@@ -30,6 +30,7 @@ from parplan.config.strategy import (
     LocalStrategy,
     ModelParallelStrategy,
     PopulationBasedStrategy,
+    ShardedStrategy,
 )
 from parplan.errors import Issue, ModelError, PlanError, TopologyError
 
@@ -205,6 +206,7 @@ def _plan(strategy: Any, world: _World, report: IssueCollector) -> None:
         ModelParallelStrategy: _model_parallel,
         FederatedStrategy: _federated,
         PopulationBasedStrategy: _population,
+        ShardedStrategy: _sharded,
     }
     check = checker.get(type(strategy))
     if check is None:
@@ -346,6 +348,63 @@ def _population(strategy: PopulationBasedStrategy, world: _World, report: IssueC
             "info",
         )
     return devices[: strategy.population_size]
+
+
+_SHARDED_FIELDS: tuple[tuple[str, str], ...] = (
+    ("devices are not a multiple", "dp"),
+    ("the cluster has", "dp"),
+    ("devices", "devices"),
+    ("shard_group", "shard_group"),
+    ("schedule", "schedule"),
+    ("sequence parallelism", "sequence_parallel"),
+    ("sequence_parallel", "sequence_parallel"),
+    ("global batch", "microbatch_size"),
+    ("micro-batches", "microbatch_size"),
+    ("ep (", "ep"),
+    ("experts", "ep"),
+    ("heads", "tp"),
+    ("ffn_hidden", "tp"),
+    ("layers", "pp"),
+    ("sequence length", "cp"),
+)
+"""Which field a sharded plan's :class:`PlanError` is about, by the words it uses."""
+
+
+def _sharded(strategy: ShardedStrategy, world: _World, report: IssueCollector) -> list[str]:
+    """The mesh on the cluster, the shape checks against the model, the batch into micro-batches
+    (the checks :func:`parplan.plan.sharded.costs.layout_plan` makes, each at the field it is about)."""
+    from parplan.plan.sharded.mesh import build_mesh, check_shape, microbatches_per_pipeline
+
+    if strategy.devices is not None:
+        bad = [
+            k
+            for k, d in enumerate(strategy.devices)
+            if not _known(d, ("devices", k), "device", world, report)
+        ]
+        listed = len(strategy.devices)
+        if bad or len(set(strategy.devices)) != listed:
+            return []
+        if strategy.dp is not None and listed != strategy.dp * strategy.model_parallel_size():
+            return []  # reported by the checks of the strategy alone
+    try:
+        mesh = build_mesh(strategy, world.network)
+        microbatches_per_pipeline(strategy, world.training.global_batch_size, mesh.dp)
+        if world.model is not None:
+            from parplan.model.transformer import shape_of
+
+            shape = shape_of(world.model)
+            if shape is None:
+                report.add(
+                    ("kind",), f"a sharded plan needs a transformer model; {world.model.name!r} is not one"
+                )
+                return []
+            check_shape(strategy, shape, mesh)
+    except PlanError as exc:
+        text = str(exc)
+        field = next((f for words, f in _SHARDED_FIELDS if words in text), "dp")
+        report.add((field,), text)
+        return []
+    return list(mesh.devices)
 
 
 def _connected(devices: Sequence[str], network: Network, report: IssueCollector) -> None:

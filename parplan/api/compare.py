@@ -75,6 +75,7 @@ def compare_scenario(
     warn: Callable[[str], None] | None = None,
     backend: Backend = "local",
     address: str | None = None,
+    analytic: bool = False,
 ) -> Comparison:
     """Rank every plan (or those named in ``plans``) and sweep variant of a scenario.
 
@@ -83,7 +84,8 @@ def compare_scenario(
     finishes; sweeps that change no plan and a baseline that could not be evaluated are reported to
     ``warn``. ``backend``/``address`` choose where variants are evaluated
     (:func:`~parplan.api.parallel.evaluate_variants`); a backend lost mid-sweep still gives a
-    Comparison of what was gathered, with ``interrupted`` saying why. Raises
+    Comparison of what was gathered, with ``interrupted`` saying why; ``analytic`` evaluates
+    sharded plans in closed form. Raises
     :class:`~parplan.errors.ParplanError` for a bad file, sweep, plan or baseline.
     """
     from parplan.api.kinds import load_expected
@@ -106,7 +108,11 @@ def compare_scenario(
     interrupted: str | None = None
     try:
         results = evaluate_variants(
-            spec, variants, jobs=workers, progress=progress, backend=backend, address=address
+            spec, variants, jobs=workers,
+            progress=progress,
+            backend=backend,
+            address=address,
+            analytic=analytic,
         )
     except SweepInterrupted as exc:
         interrupted = str(exc)

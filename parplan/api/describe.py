@@ -1,5 +1,6 @@
 """Short descriptions of strategies for tables and reports: ``data_parallel ×8 ring``,
-``model_parallel 4 stages, 8 mb 1f1b``, ``federated 16 clients, random 4, 20 round(s)``."""
+``model_parallel 4 stages, 8 mb 1f1b``, ``federated 16 clients, random 4, 20 round(s)``,
+``sharded dp16 x tp8 x pp8 (1f1b), SP, ZeRO-1``."""
 
 from __future__ import annotations
 
@@ -47,7 +48,31 @@ def describe_strategy(strategy: Any) -> str:
         )
     if kind == "custom":
         return f"custom {strategy.coordinator}"
+    if kind == "sharded":
+        return f"sharded {_sharded_text(strategy)}"
     return str(kind)
+
+
+def _sharded_text(strategy: Any) -> str:
+    """``dp16 x tp8 x pp8 (v2, interleaved_1f1b), SP, ZeRO-1, recompute selective``: the degrees
+    other than 1 (dp always; ``dp?`` when it is what the cluster leaves), then what is switched on."""
+    dp = f"dp{strategy.dp}" if strategy.dp is not None else "dp?"
+    axes = [dp] + [f"{a}{getattr(strategy, a)}" for a in ("tp", "pp", "cp", "ep") if getattr(strategy, a) > 1]
+    text = " x ".join(axes)
+    if strategy.pp > 1:
+        text += (
+            f" ({f'v{strategy.virtual_stages}, ' if strategy.virtual_stages > 1 else ''}{strategy.schedule})"
+        )
+    extras = []
+    if strategy.sequence_parallel:
+        extras.append("SP")
+    if strategy.zero:
+        extras.append(f"ZeRO-{strategy.zero}")
+    if strategy.fsdp != "none":
+        extras.append(f"FSDP {strategy.fsdp}")
+    if strategy.recompute != "none":
+        extras.append(f"recompute {strategy.recompute}")
+    return ", ".join([text, *extras])
 
 
 def _pipeline_text(strategy: Any) -> str:

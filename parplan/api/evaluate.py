@@ -18,6 +18,7 @@ from parplan.api.describe import describe_strategy
 from parplan.api.knobs import OptionValueError, apply_overrides
 from parplan.api.results import PlanResult, bottleneck_text
 from parplan.api.timeline import bubble_fraction, summarize_collectives, time_split
+from parplan.config.strategy import ShardedStrategy
 from parplan.plan.base import PlanContext, PlanWork
 from parplan.plan.memory import infeasible_message
 
@@ -49,12 +50,16 @@ def build_context(scenario: ScenarioSpec) -> PlanContext:
     )
 
 
-def evaluate_plan(ctx: PlanContext, plan: PlanSpec, *, overrides: dict[str, Any] | None = None) -> PlanResult:
+def evaluate_plan(
+    ctx: PlanContext, plan: PlanSpec, *, overrides: dict[str, Any] | None = None, analytic: bool = False
+) -> PlanResult:
     """Expand ``plan`` (with ``overrides`` applied), simulate one unit and read off its figures.
 
     A plan that does not fit in memory is still timed; its result has ``fits=False`` and says why.
     Raises :class:`~parplan.errors.PlanError` (or a subclass) when the plan cannot be expanded. A
-    context built by hand without a simulator gets the engine's.
+    context built by hand without a simulator gets the engine's. With ``analytic`` a sharded plan
+    is evaluated in closed form (:mod:`parplan.api.sharded_analytic`) instead; other plans are
+    simulated either way.
     """
     from parplan.engine.simulate import simulate
     from parplan.plan.strategies import expand
@@ -62,6 +67,10 @@ def evaluate_plan(ctx: PlanContext, plan: PlanSpec, *, overrides: dict[str, Any]
     if ctx.simulator is None:
         ctx = replace(ctx, simulator=makespan_s)
     strategy = apply_overrides(plan.strategy, overrides) if overrides else plan.strategy
+    if analytic and isinstance(strategy, ShardedStrategy):
+        from parplan.api.sharded_analytic import analytic_result
+
+        return analytic_result(ctx, plan.name, strategy)
     work = expand(ctx, strategy)
     sim = simulate(work.graph, ctx.network)
     return summarize(ctx, plan.name, strategy, work, sim)
@@ -85,6 +94,21 @@ def select_plans(scenario: ScenarioSpec, names: list[str]) -> list[PlanSpec]:
             f"unknown plan {', '.join(repr(n) for n in unknown)}; the scenario's plans: {', '.join(by_name)}"
         )
     return [by_name[n] for n in dict.fromkeys(names)]
+
+
+def _utilisation(ctx: PlanContext, work: PlanWork, step_s: float) -> dict[str, float]:
+    """MFU and model TFLOP/s per GPU of plans whose graph states its model FLOPs (sharded plans)."""
+    flops = work.graph.meta.get("model_flops_per_step")
+    if not isinstance(flops, int | float) or not work.devices:
+        return {}
+    from parplan.api.sharded_analytic import mfu_quality
+
+    peak = work.graph.meta.get("peak_flop_per_s")
+    if not isinstance(peak, int | float):
+        peak = ctx.network.device(work.devices[0]).peak_flop_per_s
+    ratio = work.graph.meta.get("hfu_ratio")
+    hfu = float(ratio) if isinstance(ratio, int | float) else 1.0
+    return mfu_quality(float(flops), step_s, len(work.devices), float(peak), hfu)
 
 
 def summarize(ctx: PlanContext, name: str, strategy: Any, work: PlanWork, sim: SimResult) -> PlanResult:
@@ -129,7 +153,7 @@ def summarize(ctx: PlanContext, name: str, strategy: Any, work: PlanWork, sim: S
         collectives=summarize_collectives(work, g, sim),
         bottleneck="",
         num_devices=len(work.devices),
-        quality=dict(work.quality),
+        quality={**work.quality, **_utilisation(ctx, work, step)},
         notes=work.notes,
         work=work,
         sim=sim,

@@ -23,22 +23,34 @@ if TYPE_CHECKING:
     from parplan.config.scenario import PlanSpec
 
 KNOBS: dict[str, tuple[str, ...]] = {
-    "algorithm": ("data_parallel",),
+    "algorithm": ("data_parallel", "sharded"),
     "num_replicas": ("data_parallel",),
-    "bucket_size": ("data_parallel",),
-    "overlap": ("data_parallel",),
+    "bucket_size": ("data_parallel", "sharded"),
+    "overlap": ("data_parallel", "sharded"),
     "batch_split": ("data_parallel",),
     "reduce": ("data_parallel",),
     "microbatches": ("model_parallel", "data_parallel"),
-    "schedule": ("model_parallel", "data_parallel"),
+    "schedule": ("model_parallel", "data_parallel", "sharded"),
     "num_clients": ("federated",),
     "rounds": ("federated",),
     "local_steps": ("federated",),
     "population_size": ("population_based",),
     "generations": ("population_based",),
+    "tp": ("sharded",),
+    "pp": ("sharded",),
+    "dp": ("sharded",),
+    "cp": ("sharded",),
+    "ep": ("sharded",),
+    "virtual_stages": ("sharded",),
+    "microbatch_size": ("sharded",),
+    "sequence_parallel": ("sharded",),
+    "recompute": ("sharded",),
+    "zero": ("sharded",),
+    "fsdp": ("sharded",),
 }
 """Knob -> strategy kinds it applies to (``microbatches`` and ``schedule`` reach a data-parallel
-plan only through its model-parallel replica)."""
+plan only through its model-parallel replica; a sharded plan's ``algorithm``, ``bucket_size`` and
+``overlap`` are those of its gradient reduction)."""
 
 
 def knobs_by_kind(skip: Sequence[str] = ()) -> str:
@@ -57,6 +69,7 @@ def knobs_by_kind(skip: Sequence[str] = ()) -> str:
 
 INTEGER_KNOBS = frozenset(
     {"num_replicas", "microbatches", "num_clients", "rounds", "local_steps", "population_size", "generations"}
+    | {"tp", "pp", "dp", "cp", "ep", "virtual_stages", "microbatch_size"}
 )
 """Knobs whose values are positive integers."""
 
@@ -64,8 +77,14 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": schedule_names(),
     "batch_split": ("round_robin", "by_speed"),
     "reduce": ("mean", "sum", "weighted_by_samples"),
+    "recompute": ("none", "selective", "full"),
+    "zero": ("0", "1", "2", "3"),
+    "fsdp": ("none", "full_shard", "shard_grad_op", "hybrid_shard"),
 }
 """Knobs whose values come from a fixed list."""
+
+BOOLEAN_KNOBS = frozenset({"overlap", "sequence_parallel"})
+"""Knobs whose values are on/off."""
 
 _TRUE = {"true", "on", "yes", "1"}
 _FALSE = {"false", "off", "no", "0"}
@@ -109,7 +128,7 @@ def parse_value(knob: str, text: str, where: str | None = None) -> Any:
         if value < 1:
             raise OptionValueError(f"{where}: {value} must be >= 1")
         return value
-    if knob == "overlap":
+    if knob in BOOLEAN_KNOBS:
         lowered = text.lower()
         if lowered not in _TRUE | _FALSE:
             raise OptionValueError(f"{where}: {text!r} is not a boolean (true/false, on/off, yes/no)")
@@ -117,7 +136,7 @@ def parse_value(knob: str, text: str, where: str | None = None) -> Any:
     if knob in CHOICES:
         if text not in CHOICES[knob]:
             raise OptionValueError(f"{where}: {text!r} is not one of {', '.join(CHOICES[knob])}")
-        return text
+        return int(text) if knob == "zero" else text
     if knob == "bucket_size":
         _check_size(text, where)
     elif knob == "algorithm":
@@ -264,7 +283,9 @@ def apply_overrides(strategy: Any, overrides: dict[str, Any]) -> Any:
     ``bucket_size`` ("25MiB"), ``overlap``, ``batch_split``, ``reduce`` for data-parallel plans;
     ``microbatches`` and ``schedule`` for model-parallel plans and the replica of 2-D plans (setting
     ``microbatches`` turns the pipeline protocol on); ``num_clients``, ``rounds``, ``local_steps``
-    (federated); ``population_size``, ``generations`` (population-based). A knob that does not apply
+    (federated); ``population_size``, ``generations`` (population-based); ``tp``, ``pp``, ``dp``,
+    ``cp``, ``ep``, ``virtual_stages``, ``microbatch_size``, ``sequence_parallel``, ``recompute``,
+    ``zero``, ``fsdp``, ``schedule`` and the aggregation knobs (sharded). A knob that does not apply
     to the strategy's kind is skipped; an unknown knob is a :class:`PlanError`, and a bad value a
     :class:`ConfigError` naming the knob.
     """
@@ -295,7 +316,9 @@ def _set_knob(data: dict[str, Any], kind: str, knob: str, value: Any) -> bool:
     """Write one knob into a strategy's data; False when it does not apply to this strategy."""
     if kind not in KNOBS[knob]:
         return False
-    if knob in _PIPELINE_KNOBS:
+    if kind == "sharded" and knob not in _AGGREGATION_KNOBS:
+        data[knob] = value
+    elif knob in _PIPELINE_KNOBS:
         target = data
         if kind == "data_parallel":
             if "replica" not in data:

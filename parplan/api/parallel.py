@@ -62,10 +62,11 @@ _WORKER_CONTEXT: dict[str, Any] = {}
 """Per worker process: the scenario's :class:`~parplan.plan.base.PlanContext`, built once."""
 
 
-def _init_worker(scenario: ScenarioSpec) -> None:
+def _init_worker(scenario: ScenarioSpec, analytic: bool = False) -> None:
     from parplan.api.evaluate import build_context
 
     _WORKER_CONTEXT["ctx"] = build_context(scenario)
+    _WORKER_CONTEXT["analytic"] = analytic
 
 
 def _evaluate_in_worker(variant: Variant) -> PlanResult | str:
@@ -73,7 +74,12 @@ def _evaluate_in_worker(variant: Variant) -> PlanResult | str:
     from parplan.api.evaluate import evaluate_plan
 
     try:
-        result = evaluate_plan(_WORKER_CONTEXT["ctx"], variant.plan, overrides=variant.overrides or None)
+        result = evaluate_plan(
+            _WORKER_CONTEXT["ctx"],
+            variant.plan,
+            overrides=variant.overrides or None,
+            analytic=bool(_WORKER_CONTEXT.get("analytic")),
+        )
     except ParplanError as exc:
         return str(exc)
     return replace(result, work=None, sim=None)
@@ -87,6 +93,7 @@ def evaluate_variants(
     progress: Callable[[int, int], None] | None = None,
     backend: Backend = "local",
     address: str | None = None,
+    analytic: bool = False,
 ) -> list[PlanResult | str]:
     """Evaluate each variant; a variant that cannot be planned yields its error message instead.
 
@@ -95,12 +102,13 @@ def evaluate_variants(
     with one process, and without their timeline (``work``/``sim`` are None) to keep the traffic
     between processes small. ``backend="ray"`` evaluates them as Ray tasks instead (``address``:
     a running cluster; default a local instance, see :func:`evaluate_on_ray`).
-    ``progress(done, total)`` is called as variants finish.
+    ``progress(done, total)`` is called as variants finish. ``analytic``
+    evaluates sharded plans in closed form (:func:`~parplan.api.evaluate.evaluate_plan`).
     """
     from parplan.api.evaluate import build_context, evaluate_plan
 
     if backend == "ray":
-        return evaluate_on_ray(scenario, variants, address=address, progress=progress)
+        return evaluate_on_ray(scenario, variants, address=address, progress=progress, analytic=analytic)
     if backend != "local":
         raise BackendError(f"unknown backend {backend!r}; choose from: {', '.join(BACKENDS)}")
     total = len(variants)
@@ -110,14 +118,18 @@ def evaluate_variants(
         ctx = build_context(scenario)
         for i, variant in enumerate(variants):
             try:
-                results.append(evaluate_plan(ctx, variant.plan, overrides=variant.overrides or None))
+                results.append(
+                    evaluate_plan(ctx, variant.plan, overrides=variant.overrides or None, analytic=analytic)
+                )
             except ParplanError as exc:
                 results.append(str(exc))
             if progress:
                 progress(i + 1, total)
         return results
     slots: list[PlanResult | str | None] = [None] * total
-    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(scenario,)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, initializer=_init_worker, initargs=(scenario, analytic)
+    ) as pool:
         futures = {pool.submit(_evaluate_in_worker, v): i for i, v in enumerate(variants)}
         for done, future in enumerate(as_completed(futures), start=1):
             slots[futures[future]] = future.result()
@@ -127,7 +139,9 @@ def evaluate_variants(
 
 
 # -- Ray ------------------------------------------------------------------------------------------
-def _evaluate_chunk(scenario: ScenarioSpec, chunk: Sequence[Variant]) -> list[PlanResult | str]:
+def _evaluate_chunk(
+    scenario: ScenarioSpec, chunk: Sequence[Variant], analytic: bool = False
+) -> list[PlanResult | str]:
     """A Ray task: build the scenario's context once and evaluate a chunk of variants (figures only)."""
     from parplan.api.evaluate import build_context, evaluate_plan
 
@@ -135,7 +149,7 @@ def _evaluate_chunk(scenario: ScenarioSpec, chunk: Sequence[Variant]) -> list[Pl
     out: list[PlanResult | str] = []
     for variant in chunk:
         try:
-            result = evaluate_plan(ctx, variant.plan, overrides=variant.overrides or None)
+            result = evaluate_plan(ctx, variant.plan, overrides=variant.overrides or None, analytic=analytic)
         except ParplanError as exc:
             out.append(str(exc))
             continue
@@ -196,6 +210,7 @@ def evaluate_on_ray(
     *,
     address: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    analytic: bool = False,
 ) -> list[PlanResult | str]:
     """Evaluate variants as Ray tasks, a chunk of consecutive variants per task
     (:data:`CHUNKS_PER_CPU` chunks per CPU of the cluster); results in variant order.
@@ -213,7 +228,7 @@ def evaluate_on_ray(
         task = ray.remote(max_retries=1)(_evaluate_chunk)
         scenario_ref = ray.put(scenario)
         pending = {
-            task.remote(scenario_ref, list(variants[start : start + size])): start
+            task.remote(scenario_ref, list(variants[start : start + size]), analytic): start
             for start in range(0, total, size)
         }
     except Exception as exc:

@@ -54,11 +54,13 @@ def simulate_scenario(
     plans: Sequence[str] = (),
     knobs: KnobOptions | None = None,
     warn: Callable[[str], None] | None = None,
+    analytic: bool = False,
 ) -> Simulation:
     """Simulate the plans of the scenario at ``scenario_file`` (only those named in ``plans``).
 
     ``knobs`` override plan settings (:mod:`parplan.api.knobs`); a knob that changes none of the
-    plans is reported to ``warn`` before the simulation starts. Raises
+    plans is reported to ``warn`` before the simulation starts; ``analytic`` evaluates sharded
+    plans in closed form instead of simulating them. Raises
     :class:`~parplan.errors.ParplanError` for a bad file, an unknown plan or a bad knob value.
     """
     from parplan.api.kinds import load_expected
@@ -71,19 +73,19 @@ def simulate_scenario(
         if warn is not None:
             warn(message)
     ctx = build_context(spec)
-    results, failed = evaluate_plans(ctx, chosen, overrides)
+    results, failed = evaluate_plans(ctx, chosen, overrides, analytic=analytic)
     return Simulation(spec, str(scenario_file), ctx.network, results, failed, overrides, named=bool(plans))
 
 
 def evaluate_plans(
-    ctx: PlanContext, plans: Sequence[PlanSpec], overrides: dict[str, Any]
+    ctx: PlanContext, plans: Sequence[PlanSpec], overrides: dict[str, Any], *, analytic: bool = False
 ) -> tuple[list[PlanResult], list[tuple[str, str]]]:
     """Simulate each plan; a plan that cannot be built goes to the failed list with its error."""
     results: list[PlanResult] = []
     failed: list[tuple[str, str]] = []
     for p in plans:
         try:
-            results.append(evaluate_plan(ctx, p, overrides=overrides or None))
+            results.append(evaluate_plan(ctx, p, overrides=overrides or None, analytic=analytic))
         except ParplanError as exc:
             failed.append((p.name, str(exc)))
     return results, failed

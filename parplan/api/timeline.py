@@ -42,7 +42,7 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.api.results import CollectiveSummary
-from parplan.taskgraph import COMPUTE, TRANSFER, TaskGraph
+from parplan.taskgraph import COMM_STREAM, COMPUTE, TRANSFER, TaskGraph
 
 if TYPE_CHECKING:
     from parplan.engine.result import SimResult
@@ -65,12 +65,28 @@ class TimeSplit:
     hidden_comm_s: float
 
 
+REPLAYED_COMM_CATEGORIES = frozenset({"tp", "cp", "ep", "comm", "fsdp", "dp"})
+"""Categories of compute tasks that stand for collectives a plan timed once and replays (a sharded
+plan's TP/CP/EP/FSDP calls): communication in the split, like tasks on the communication stream."""
+
+
+def replayed_comm(g: TaskGraph) -> npt.NDArray[np.bool_]:
+    """Compute tasks that are communication: on a communication stream, or of a replayed category."""
+    cats = [i for i, c in enumerate(g.categories) if c in REPLAYED_COMM_CATEGORIES]
+    mask: npt.NDArray[np.bool_] = (g.kind == COMPUTE) & np.isin(g.category, cats)
+    if g.stream is not None:
+        mask |= (g.kind == COMPUTE) & (g.stream == COMM_STREAM)
+    return mask
+
+
 def time_split(g: TaskGraph, sim: SimResult) -> TimeSplit:
-    """Split the step on the critical device (rules in the module docstring)."""
+    """Split the step on the critical device (rules in the module docstring; a sharded plan's
+    replayed collectives, :func:`replayed_comm`, count as communication, not compute)."""
     step = float(sim.makespan_s)
     start, end = sim.start_s, sim.end_s
-    is_compute = g.kind == COMPUTE
-    is_transfer = (g.kind == TRANSFER) & (end > start)
+    comm_tasks = replayed_comm(g)
+    is_compute = (g.kind == COMPUTE) & ~comm_tasks
+    is_transfer = ((g.kind == TRANSFER) | comm_tasks) & (end > start)
     transfer_iv = _union(start[is_transfer], end[is_transfer])
     if not is_compute.any():
         exposed = _measure(_clip(transfer_iv, 0.0, step))
@@ -125,7 +141,8 @@ def _critical_comm(
     the device being explained). ``include_self`` counts ``task``'s own interval too (for the sink of
     the step, which ends the window).
     """
-    start, end, kind = sim.start_s, sim.end_s, g.kind
+    start, end = sim.start_s, sim.end_s
+    kind = np.where(replayed_comm(g), TRANSFER, g.kind)
     offsets, indices = g.dep_offsets, g.dep_indices
     comm = 0.0
     if include_self and kind[task] == TRANSFER:

@@ -132,6 +132,10 @@ def compare_strategies(
             " Ray instance.",
         ),
     ] = None,
+    analytic: Annotated[
+        bool,
+        typer.Option("--analytic", help="Evaluate sharded plans in closed form instead of simulating them."),
+    ] = False,
 ) -> None:
     """Rank every plan and sweep variant of a scenario by time per sample.
 
@@ -159,6 +163,7 @@ def compare_strategies(
             warn=warn,
             backend=cast("Backend", backend),
             address=address,
+            analytic=analytic,
         )
     if not comparison.ranked and comparison.interrupted is None:
         for name, error in comparison.failed:

@@ -148,6 +148,10 @@ def simulate(
             " memory (needs the html extra).",
         ),
     ] = None,
+    analytic: Annotated[
+        bool,
+        typer.Option("--analytic", help="Evaluate sharded plans in closed form instead of simulating them."),
+    ] = False,
 ) -> None:
     """Simulate the plans of a scenario and show what bounds each step.
 
@@ -170,6 +174,10 @@ def simulate(
         pages=("--html",),
         inputs=[scenario],
     )
+    if analytic and (trace_path or plot_path):
+        raise typer.BadParameter(
+            "a timeline needs a simulation; drop --analytic", param_hint="--trace/--plot"
+        )
 
     from parplan.api.knobs import KnobOptions
     from parplan.api.simulate import simulate_scenario
@@ -185,7 +193,7 @@ def simulate(
         },
         settings=settings or [],
     )
-    run = simulate_scenario(scenario, plans=plan or [], knobs=knobs, warn=warn)
+    run = simulate_scenario(scenario, plans=plan or [], knobs=knobs, warn=warn, analytic=analytic)
 
     if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
         from parplan.report.tables import simulate_view

@@ -27,6 +27,7 @@ from parplan.config.strategy import (
     PartitionFileSpec,
     PartitionSpec,
     PopulationBasedStrategy,
+    ShardedStrategy,
 )
 from parplan.errors import Issue
 
@@ -119,6 +120,44 @@ def check_strategy_alone(strategy: Any, report: IssueCollector) -> None:
                 )
     elif isinstance(strategy, PopulationBasedStrategy) and strategy.devices is not None:
         _no_repeats(strategy.devices, ("devices",), report)
+    elif isinstance(strategy, ShardedStrategy):
+        _sharded(strategy, report)
+
+
+INTERLEAVED = "interleaved_1f1b"
+"""The schedule that runs a sharded plan's virtual stages."""
+
+
+def _sharded(strategy: ShardedStrategy, report: IssueCollector) -> None:
+    """A sharded plan's degrees against each other and its device list (no cluster, no model)."""
+    mp = strategy.model_parallel_size()
+    if strategy.devices is not None:
+        _no_repeats(strategy.devices, ("devices",), report)
+        n = len(strategy.devices)
+        if strategy.dp is not None and n != strategy.dp * mp:
+            report.add(
+                ("devices",),
+                f"lists {n} devices; dp x tp x pp x cp = {strategy.dp} x {strategy.tp} x {strategy.pp} x "
+                f"{strategy.cp} needs {strategy.dp * mp}",
+            )
+        elif strategy.dp is None and n % mp:
+            report.add(("devices",), f"lists {n} devices, not a multiple of tp x pp x cp = {mp}")
+    if strategy.dp is not None and (strategy.dp * strategy.cp) % strategy.ep:
+        report.add(
+            ("ep",),
+            f"must divide dp x cp = {strategy.dp} x {strategy.cp} (experts are split over data ranks)",
+        )
+    if strategy.virtual_stages > 1 and strategy.schedule != INTERLEAVED:
+        report.add(
+            ("schedule",),
+            f"virtual_stages {strategy.virtual_stages} run {INTERLEAVED}, not {strategy.schedule}",
+        )
+    if strategy.shard_group is not None and strategy.fsdp != "hybrid_shard":
+        report.add(("shard_group",), "is used only with fsdp: hybrid_shard", "warning")
+    if strategy.tp_comm_overlap and strategy.tp == 1:
+        report.add(("tp_comm_overlap",), "has no TP communication to overlap with tp 1", "warning")
+    if strategy.sequence_parallel and strategy.tp == 1:
+        report.add(("sequence_parallel",), "changes nothing with tp 1", "warning")
 
 
 def _no_repeats(names: Sequence[str], loc: Loc, report: IssueCollector) -> None:

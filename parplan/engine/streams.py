@@ -1,4 +1,5 @@
-"""Per-device serial streams: the compute stream and the reduction stream of every device.
+"""Per-device serial streams: the compute stream, the communication stream (compute tasks a plan
+has put there: collectives it timed beforehand) and the reduction stream of every device.
 
 A FIFO stream's start times are known when tasks arrive (every earlier arrival is already
 booked), so a batch is booked at once by a segmented cumulative sum (:func:`fifo_book`) and its
@@ -97,7 +98,10 @@ def fifo_book(
 
 
 class ComputeStreams:
-    """Every device's compute stream: FIFO by readiness, or by priority in priority mode.
+    """Every device's compute stream (and communication stream, when the graph uses one): FIFO by
+    readiness, or by priority in priority mode. Streams are numbered ``device + stream x devices``
+    (:meth:`TaskView.stream_of`); :attr:`busy_s` is the compute streams' busy time,
+    :attr:`comm_busy_s` the communication streams'.
 
     Started tasks get their start time in ``start_s``; their ends go on the kernel's heap (as DONE
     events, or one COMPUTE_DONE per task in priority mode, whose handler calls :meth:`idle`, then
@@ -108,15 +112,29 @@ class ComputeStreams:
         self, kernel: Kernel, tasks: TaskView, flop_rate_per_s: FloatArray, start_s: FloatArray
     ) -> None:
         num_dev = len(tasks.devices)
+        num = num_dev * tasks.num_streams
+        self.num_devices = num_dev
         self.kernel = kernel
         self.tasks = tasks
         self.flop_rate_per_s = flop_rate_per_s
         self.start_s = start_s
-        self.free = np.zeros(num_dev)
-        self.busy_s = np.zeros(num_dev)
+        self.free = np.zeros(num)
+        self.stream_busy_s = np.zeros(num)
         self.priority_mode = tasks.priority_mode
-        self.queue: list[list[tuple[int, int]]] = [[] for _ in range(num_dev)]
-        self.running = np.zeros(num_dev, dtype=bool)
+        self.queue: list[list[tuple[int, int]]] = [[] for _ in range(num)]
+        self.running = np.zeros(num, dtype=bool)
+
+    @property
+    def busy_s(self) -> FloatArray:
+        """Busy seconds of every device's compute stream."""
+        return self.stream_busy_s[: self.num_devices]
+
+    @property
+    def comm_busy_s(self) -> FloatArray:
+        """Busy seconds of every device's communication stream (zeros when the graph has none)."""
+        if len(self.stream_busy_s) == self.num_devices:
+            return np.zeros(self.num_devices)
+        return self.stream_busy_s[self.num_devices :]
 
     def durations(self, tasks: IntArray) -> FloatArray:
         """Seconds of each compute task (FLOPs over the device's effective rate where not given)."""
@@ -136,22 +154,22 @@ class ComputeStreams:
         if self.priority_mode:
             self._submit_priority(tasks)
             return
-        devs = self.tasks.device[tasks]
+        devs = self.tasks.stream_of(tasks)
         durs = self.durations(tasks)
-        starts, ends = fifo_book(self.free, self.busy_s, tasks, devs, durs, self.kernel.now)
+        starts, ends = fifo_book(self.free, self.stream_busy_s, tasks, devs, durs, self.kernel.now)
         self.start_s[tasks] = starts
         self.kernel.push_grouped(ends, tasks, DONE)
 
     def _submit_priority(self, tasks: IntArray) -> None:
         prio = self.tasks.priority[tasks].tolist()
-        devs = self.tasks.device[tasks].tolist()
+        devs = self.tasks.stream_of(tasks).tolist()
         for task, p, d in zip(tasks.tolist(), prio, devs, strict=True):
             heapq.heappush(self.queue[d], (p, task))
         for d in sorted(set(devs)):
             self.start_next(d)
 
     def start_next(self, d: int) -> None:
-        """Priority mode: device ``d``'s stream, if idle, starts its lowest-priority ready task."""
+        """Priority mode: stream ``d``, if idle, starts its lowest-priority ready task."""
         if self.running[d] or not self.queue[d]:
             return
         _, task = heapq.heappop(self.queue[d])
@@ -159,12 +177,12 @@ class ComputeStreams:
         self.running[d] = True
         now = self.kernel.now
         self.start_s[task] = now
-        self.busy_s[d] += dur
+        self.stream_busy_s[d] += dur
         self.kernel.push(now + dur, COMPUTE_DONE, task)
 
     def idle(self, task: int) -> int:
-        """Priority mode: ``task`` has ended; its device's stream is idle. Returns the device."""
-        d = int(self.tasks.device[task])
+        """Priority mode: ``task`` has ended; its stream is idle. Returns the stream."""
+        d = int(self.tasks.stream_of(np.array([task], dtype=np.int64))[0])
         self.running[d] = False
         return d
 

@@ -25,7 +25,6 @@ from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, DepArray, IdArray, Task
 _INT32_MAX = int(np.iinfo(np.int32).max)
 
 
-
 def _count_dtype(counts: IntArray) -> type[np.signedinteger[Any]]:
     """The smallest of int8 / int16 / int32 that holds every count (an in-degree)."""
     most = int(counts.max()) if len(counts) else 0
@@ -36,7 +35,16 @@ def _count_dtype(counts: IntArray) -> type[np.signedinteger[Any]]:
 
 
 _COLUMNS = (
-    "kind", "device", "dst", "size_bytes", "seconds", "flops", "reduce", "priority", "protocol", "overhead_s",
+    "kind",
+    "device",
+    "dst",
+    "size_bytes",
+    "seconds",
+    "flops",
+    "reduce",
+    "priority",
+    "protocol",
+    "overhead_s",
     "max_rate_Bps",
 )
 
@@ -64,6 +72,7 @@ class TaskView:
     overhead_s: FloatArray
     max_rate_Bps: FloatArray
     lane: npt.NDArray[np.int32] | None = None  # None: every transfer on lane 0
+    stream: npt.NDArray[np.int8] | None = None  # None: every compute task on the compute stream
 
     @classmethod
     def of(cls, graph: TaskGraph) -> TaskView:
@@ -71,7 +80,7 @@ class TaskView:
         view = cls(
             graph.devices, graph.kind, graph.device, graph.dst, graph.size_bytes, graph.seconds,
             graph.flops, graph.reduce, graph.priority, graph.dep_offsets, graph.dep_indices,
-            graph.protocol, graph.overhead_s, graph.max_rate_Bps, graph.lane,
+            graph.protocol, graph.overhead_s, graph.max_rate_Bps, graph.lane, graph.stream,
         )  # fmt: skip
         view._check()
         return view
@@ -80,6 +89,19 @@ class TaskView:
     def num_tasks(self) -> int:
         """Number of tasks of every kind."""
         return len(self.kind)
+
+    @property
+    def num_streams(self) -> int:
+        """Serial streams per device for compute tasks: 1, or 2 when some task runs on the
+        communication stream."""
+        return 1 if self.stream is None else 2
+
+    def stream_of(self, tasks: IntArray) -> IdArray:
+        """The serial stream each compute task occupies: ``device + stream x devices``."""
+        devs = self.device[tasks]
+        if self.stream is None:
+            return devs
+        return (devs + self.stream[tasks].astype(np.int32) * len(self.devices)).astype(np.int32)
 
     @property
     def priority_mode(self) -> bool:
@@ -97,6 +119,10 @@ class TaskView:
                 )
         if self.lane is not None and (len(self.lane) != n or (n and self.lane.min() < 0)):
             raise SimulationError("task graph lanes must be >= 0, one per task")
+        if self.stream is not None and (
+            len(self.stream) != n or (n and not 0 <= self.stream.min() <= self.stream.max() <= 1)
+        ):
+            raise SimulationError("task graph streams must be 0 (compute) or 1 (communication), one per task")
         offsets, indices = self.dep_offsets, self.dep_indices
         if len(offsets) != n + 1 or offsets[-1] != len(indices) or offsets[0] != 0:
             raise SimulationError("task graph dependency offsets do not match the dependency list")

@@ -1,4 +1,5 @@
-"""Pipeline schedules (GPipe, 1F1B): one module each, behind :class:`PipelineSchedule`, by name in
+"""Pipeline schedules (GPipe, 1F1B, interleaved 1F1B): one module each, behind
+:class:`PipelineSchedule`, by name in
 :mod:`parplan.pipeline.registry`.
 
 A bottom layer: it imports only :mod:`parplan.errors` and the standard library, so the strategy

@@ -3,7 +3,7 @@
 Each stage holds all ``m`` micro-batches' activations at its peak. The order is enforced by a
 barrier: every backward on a stage waits for every forward on it.
 
->>> [f"{d}{j}" for d, j in GPipe().worker_order(Stage(index=0, num_stages=2, microbatches=3))]
+>>> [f"{d}{j}" for d, j, _ in GPipe().worker_order(Stage(index=0, num_stages=2, microbatches=3))]
 ['F0', 'F1', 'F2', 'B0', 'B1', 'B2']
 """
 

@@ -4,7 +4,7 @@ Stage ``i`` of ``s`` runs ``k = min(m, s - i)`` warm-up forwards, then alternate
 one forward, then runs the remaining backwards. Forward ``j + k`` waits for backward ``j`` on the
 same stage, so at most ``k`` micro-batches are in flight: that bounds its activation memory.
 
->>> [f"{d}{j}" for d, j in OneFOneB().worker_order(Stage(index=1, num_stages=3, microbatches=4))]
+>>> [f"{d}{j}" for d, j, _ in OneFOneB().worker_order(Stage(index=1, num_stages=3, microbatches=4))]
 ['F0', 'F1', 'B0', 'F2', 'B1', 'F3', 'B2', 'B3']
 """
 

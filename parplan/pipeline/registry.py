@@ -8,7 +8,7 @@ Adding a schedule is adding its module and one line to :data:`SCHEDULES`; tests 
 >>> get("zigzag")
 Traceback (most recent call last):
 ...
-parplan.errors.PlanError: unknown pipeline schedule 'zigzag'; valid: gpipe, 1f1b
+parplan.errors.PlanError: unknown pipeline schedule 'zigzag'; valid: gpipe, 1f1b, interleaved_1f1b
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from __future__ import annotations
 from parplan.errors import PlanError
 from parplan.pipeline.base import PipelineSchedule
 from parplan.pipeline.gpipe import GPipe
+from parplan.pipeline.interleaved import Interleaved1F1B
 from parplan.pipeline.one_f_one_b import OneFOneB
 
 SCHEDULES: dict[str, PipelineSchedule] = {
     "gpipe": GPipe(),
     "1f1b": OneFOneB(),
+    "interleaved_1f1b": Interleaved1F1B(),
 }
 """Schedule name -> schedule, in the order names are listed to users."""
 

@@ -230,8 +230,16 @@ def series(values: Sequence[float]) -> str:
 
 
 def quality_rows(quality: dict[str, Any]) -> list[tuple[str, str]]:
-    """Federated loss/accuracy per round and PBT best score per generation, one line each."""
+    """Federated loss/accuracy per round, PBT best score per generation and a sharded plan's model
+    FLOPs utilisation, one line each."""
     rows: list[tuple[str, str]] = []
+    if quality.get("mfu") is not None:
+        text = f"{hz.percent(quality['mfu'])} model FLOPs utilisation"
+        if quality.get("model_tflops_per_gpu") is not None:
+            text += f", {quality['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU"
+        if quality.get("hfu") is not None:
+            text += f" (hardware FLOPs with recomputation: {hz.percent(quality['hfu'])})"
+        rows.append(("MFU", text))
     losses = quality.get("loss_per_round")
     if losses:
         start = quality.get("initial_loss")
@@ -380,6 +388,9 @@ def compare_table(ranked: Sequence[Ranked], log: FitLog | None = None) -> Fitted
     for col in ("compute", "comm", "idle"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("memory", justify="right", no_wrap=True)
+    mfu = any(r.result.quality.get("mfu") is not None for r in ranked)
+    if mfu:
+        table.add_column("MFU", justify="right", no_wrap=True)
     table.add_column(PARETO_MARK, justify="center", no_wrap=True)
     table.add_column("bound by", overflow="fold", min_width=16)
     for r in ranked:
@@ -387,6 +398,7 @@ def compare_table(ranked: Sequence[Ranked], log: FitLog | None = None) -> Fitted
         style = "" if res.fits else "red"
         mem = hz.size(res.peak_memory_bytes) + ("" if res.fits else " ✗")
         time_text = hz.seconds(res.step_time_s) + ("" if single_unit else f"/{res.unit}")
+        utilisation = res.quality.get("mfu")
         table.add_row(
             str(r.rank),
             Text(display_name(r.variant_name), style="bold" if r.rank == 1 and res.fits else style),
@@ -397,6 +409,7 @@ def compare_table(ranked: Sequence[Ranked], log: FitLog | None = None) -> Fitted
             _share(res.exposed_comm_s, res.step_time_s),
             _share(res.idle_s, res.step_time_s),
             Text(mem, style=style),
+            *([hz.percent(utilisation) if utilisation is not None else "-"] if mfu else []),
             PARETO_MARK if r.pareto else "",
             Text(short_bound(res), style=style),
         )

@@ -46,6 +46,17 @@ SAMPLE_VALUES = {
     "local_steps": "2",
     "population_size": "2",
     "generations": "2",
+    "tp": "8",
+    "pp": "4",
+    "dp": "16",
+    "cp": "2",
+    "ep": "8",
+    "virtual_stages": "2",
+    "microbatch_size": "2",
+    "sequence_parallel": "on",
+    "recompute": "selective",
+    "zero": "1",
+    "fsdp": "full_shard",
 }
 
 

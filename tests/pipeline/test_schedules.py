@@ -72,7 +72,7 @@ def test_invariants_hold_for_any_shape(name: str, m: int, s: int, data: st.DataO
 
 
 def _text(order: tuple[Unit, ...]) -> list[str]:
-    return [f"{d}{j}" for d, j in order]
+    return [f"{d}{j}" for d, j, _ in order]
 
 
 def test_the_orders_are_the_textbook_ones() -> None:
@@ -90,16 +90,18 @@ def test_the_orders_are_the_textbook_ones() -> None:
 
 
 def test_names_default_and_the_config_agree() -> None:
-    assert schedule_names() == ("gpipe", "1f1b")
+    assert schedule_names() == ("gpipe", "1f1b", "interleaved_1f1b")
     assert all(SCHEDULES[n].name == n for n in SCHEDULES)
     assert DEFAULT_SCHEDULE in SCHEDULES
     assert CommunicationSpec().schedule == DEFAULT_SCHEDULE
     schema = CommunicationSpec.model_json_schema()["properties"]["schedule"]
-    assert schema == {"default": "gpipe", "enum": ["gpipe", "1f1b"], "title": "Schedule", "type": "string"}
+    enum = ["gpipe", "1f1b", "interleaved_1f1b"]
+    assert schema == {"default": "gpipe", "enum": enum, "title": "Schedule", "type": "string"}
 
 
 def test_unknown_name_lists_the_valid_ones() -> None:
-    with pytest.raises(PlanError, match=r"unknown pipeline schedule 'zigzag'; valid: gpipe, 1f1b"):
+    valid = "gpipe, 1f1b, interleaved_1f1b"
+    with pytest.raises(PlanError, match=rf"unknown pipeline schedule 'zigzag'; valid: {valid}$"):
         get("zigzag")
 
 
@@ -120,7 +122,7 @@ def test_register_and_unregister() -> None:
         assert toy.inflight_microbatches(Stage(0, 3, 5)) == 1
         assert CommunicationSpec(schedule="lockstep").schedule == "lockstep"
         enum = CommunicationSpec.model_json_schema()["properties"]["schedule"]["enum"]
-        assert enum == ["gpipe", "1f1b", "lockstep"]
+        assert enum == ["gpipe", "1f1b", "interleaved_1f1b", "lockstep"]
         with pytest.raises(PlanError, match="'lockstep' is already registered"):
             register(_Lockstep())
     finally:
@@ -140,11 +142,12 @@ def test_files_get_the_literal_style_error_with_every_registered_name() -> None:
     }
     with pytest.raises(ConfigError) as info:
         spec_from_data("strategy", data)
-    assert "communication.schedule: must be 'gpipe' or '1f1b', got 'zigzag'" in str(info.value)
+    expected = "communication.schedule: must be 'gpipe', '1f1b' or 'interleaved_1f1b', got 'zigzag'"
+    assert expected in str(info.value)
     register(_Lockstep())
     try:
         with pytest.raises(ConfigError) as info:
             spec_from_data("strategy", {**data, "communication": {"schedule": 3}})
-        assert "must be 'gpipe', '1f1b' or 'lockstep', got 3" in str(info.value)
+        assert "must be 'gpipe', '1f1b', 'interleaved_1f1b' or 'lockstep', got 3" in str(info.value)
     finally:
         unregister("lockstep")

@@ -13,7 +13,7 @@ from parplan.api.evaluate import evaluate_plan
 from parplan.config.model import ModelSpec
 from parplan.engine.simulate import simulate
 from parplan.errors import InfeasiblePlanError, PlanError, TopologyError
-from parplan.pipeline import Stage
+from parplan.pipeline import Stage, Unit
 from parplan.pipeline import get as get_schedule
 from parplan.pipeline.one_f_one_b import warmup_microbatches
 from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_seconds
@@ -42,7 +42,7 @@ def _cat(g: TaskGraph, name: str) -> np.ndarray:
     )
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b"])  # one chunk per stage: 1F1B
 @pytest.mark.parametrize(("s", "m"), [(2, 1), (2, 4), (4, 4), (4, 8), (3, 16)])
 def test_uniform_stages_show_the_textbook_bubble(schedule: str, s: int, m: int) -> None:
     ctx = _ctx(s, chain_model(layers=2 * s, activation=1.0), batch=16 * m)
@@ -77,7 +77,7 @@ def test_1f1b_stream_order_and_memory() -> None:
         ]
         tasks.sort(key=lambda t: sim.start_s[t])
         seq = [
-            (
+            Unit(
                 "F" if g.categories[g.category[t]] == "forward" else "B",
                 int(g.labels[g.label[t]].split("mb")[1]),
             )

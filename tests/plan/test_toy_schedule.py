@@ -61,7 +61,8 @@ def test_a_registered_toy_schedule_runs_a_model_parallel_plan(lockstep: Pipeline
         ]
         tasks.sort(key=lambda t: sim.start_s[t])
         seq = [
-            (g.categories[g.category[t]][0].upper(), int(g.labels[g.label[t]].split("mb")[1])) for t in tasks
+            Unit(g.categories[g.category[t]][0].upper(), int(g.labels[g.label[t]].split("mb")[1]))
+            for t in tasks
         ]
         assert seq == list(lockstep.worker_order(Stage(index=i, num_stages=s, microbatches=m)))
     # fully serial: every micro-batch crosses all stages and back before the next starts

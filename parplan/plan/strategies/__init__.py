@@ -19,6 +19,7 @@ EXPANDERS: dict[str, str] = {
     "federated": "parplan.plan.strategies.federated",
     "population_based": "parplan.plan.strategies.population_based",
     "custom": "parplan.plan.strategies.custom",
+    "sharded": "parplan.plan.strategies.sharded",
 }
 """Strategy kind -> module that expands it (adding a kind is adding a module and a line)."""
 

@@ -1,0 +1,237 @@
+"""How long one :class:`~parplan.plan.sharded.comm.CommCall` takes in its group of a sharded
+plan's mesh, in closed form: what the analytic evaluation (:mod:`parplan.api.sharded_analytic`)
+puts on its critical path.
+
+All-reduce, all-gather, reduce-scatter and broadcast on GPUs NCCL's model knows: NCCL's ``auto``
+pick (algorithm, protocol, channels) on the system the group's ranks form, at the time NCCL's
+tuner predicts for it (its latency plus bytes over its bus bandwidth, which counts a node's NICs
+and NVLinks) plus the transport's call latency. Otherwise (no NCCL system, or
+``aggregation.algorithm`` named for the data-parallel all-reduce) the algorithm's closed form (its
+registry entry's ``time_s``, the oracle the engine meets) on the group's figures
+(:meth:`CollectiveClock._uniform`: between and inside nodes when the group spans several nodes
+with several ranks on each), plus the call's overhead. An all-to-all costs ``(p - 1) alpha`` plus
+each rank's bytes for other nodes at the inter-node beta and for its own node at the intra-node
+beta (``(p - 1) / p n beta`` on one level); a send/recv ``latency + n / bandwidth`` on its route.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from parplan.collectives.auto import AutoAlgorithm
+from parplan.plan.base import PlanContext
+from parplan.plan.sharded.comm import CommCall
+from parplan.plan.sharded.costs import ShardedLayout
+from parplan.topology.network import Network
+
+Params = tuple[float, float, float, bool, float | None, float | None]
+"""A group's (alpha, beta, gamma, shared port, intra alpha, intra beta) for the closed forms."""
+
+_MISSING: Any = object()
+_NETWORK_CACHE: weakref.WeakKeyDictionary[Network, tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per network: each group's (alpha, beta, gamma, shared port), NCCL system and ranks by node,
+kept for the next plan evaluated on the same cluster (a sweep evaluates many)."""
+_AUTO = AutoAlgorithm(name="auto")
+
+
+def _uses_groups(spec: Any, collective: str) -> bool:
+    """Whether ``spec`` (or the fallback of ``auto``) reads the ranks' node groups."""
+    from parplan.collectives.registry import get
+
+    return bool(get(spec.name, collective).uses_groups(spec))
+
+
+@lru_cache(maxsize=4096)
+def _closed_form(
+    spec: Any,
+    collective: str,
+    p: int,
+    size_bytes: float,
+    system: Any,
+    transport: Any,
+    params: Params,
+    groups: tuple[tuple[int, ...], ...] | None,
+) -> float:
+    """One call's seconds (module docstring). Cached: congruent groups of a mesh share every
+    argument."""
+    from parplan.collectives.algorithm import UniformCost
+    from parplan.collectives.auto_collectives import choose_for
+    from parplan.collectives.registry import algorithms, get
+    from parplan.plan.collective import resolve_run
+
+    if isinstance(spec, AutoAlgorithm) and system is not None:
+        choice = choose_for(spec, system, size_bytes, algorithms(collective), collective)
+        if choice.nccl is not None:
+            return choice.nccl.time_us * 1e-6 + float(transport.call_latency_s)
+    run = resolve_run(spec, size_bytes, system, transport, collective=collective)
+    algorithm = get(run.spec.name, collective)
+    alpha, beta, gamma, shared, intra_alpha, intra_beta = params
+    if (
+        groups is not None
+        and intra_alpha is not None
+        and intra_beta is not None
+        and algorithm.uses_groups(run.spec)
+    ):
+        # one ring per rank of a node (the schedule parplan builds, and NCCL's channel per NIC):
+        # each carries 1/k of the tensor across nodes, while every ring's bytes cross each rank's
+        # port inside the node
+        rings = min(len(g) for g in groups)
+        whole = ((*range(p),),)
+        across = UniformCost(alpha_s=alpha, beta_s_per_byte=beta, gamma_s_per_byte=gamma, shared_port=shared)
+        inside = UniformCost(alpha_s=intra_alpha, beta_s_per_byte=intra_beta, gamma_s_per_byte=gamma)
+        seconds = max(
+            algorithm.time_s(run.spec, p, size_bytes / rings, across, whole),
+            algorithm.time_s(run.spec, p, size_bytes, inside, whole),
+        )
+        return float(seconds) + run.call_overhead_s
+    if groups is None and algorithm.uses_groups(run.spec):
+        groups = ((*range(p),),)
+    cost = UniformCost(
+        alpha_s=alpha,
+        beta_s_per_byte=beta,
+        gamma_s_per_byte=gamma,
+        shared_port=shared,
+        intra_alpha_s=intra_alpha,
+        intra_beta_s_per_byte=intra_beta,
+    )
+    return float(algorithm.time_s(run.spec, p, size_bytes, cost, groups)) + run.call_overhead_s
+
+
+class CollectiveClock:
+    """Seconds of a :class:`CommCall` in its group on the network (module docstring), cached."""
+
+    def __init__(self, ctx: PlanContext, layout: ShardedLayout) -> None:
+        self.network: Network = ctx.network
+        self.layout = layout
+        self._groups: dict[tuple[str, int], tuple[str, ...]] = {}
+        cache = _NETWORK_CACHE.setdefault(ctx.network, ({}, {}, {}))
+        self._params: dict[tuple[str, ...], Params] = cache[0]
+        self._systems: dict[tuple[str, ...], Any] = cache[1]
+        self._groups_by_node: dict[tuple[str, ...], tuple[tuple[int, ...], ...]] = cache[2]
+        self._times: dict[tuple[str, str, float, int], float] = {}
+
+    def group(self, axis: str, stage: int) -> tuple[str, ...]:
+        """The devices of ``axis``'s group holding stage ``stage``'s first device."""
+        key = (axis, stage)
+        found = self._groups.get(key)
+        if found is None:
+            mesh = self.layout.mesh
+            device = mesh.device({"pp": stage})
+            if axis == "pp":
+                found = (device, mesh.device({"pp": (stage + 1) % mesh.pp}))
+            else:
+                found = mesh.group(axis, device)  # type: ignore[arg-type]
+            self._groups[key] = found
+        return found
+
+    def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+        """The ranks of ``devices`` by node (cached per cluster)."""
+        from parplan.topology.placement import groups_by_node
+
+        found = self._groups_by_node.get(devices)
+        if found is None:
+            found = tuple(tuple(g) for g in groups_by_node(self.network, devices))
+            self._groups_by_node[devices] = found
+        return found
+
+    def _worst(self, pairs: set[tuple[str, str]]) -> tuple[float, float, bool]:
+        """The worst latency, the narrowest route's bandwidth and whether every pair is one hop."""
+        net = self.network
+        worst_lat, worst_bw, direct = 0.0, float("inf"), True
+        for a, b in pairs:
+            channels, latency = net.route(a, b)
+            worst_lat = max(worst_lat, latency)
+            worst_bw = min(worst_bw, float(net.channel_bandwidth_Bps[channels].min()))
+            direct = direct and len(channels) == 1
+        return worst_lat, worst_bw, direct
+
+    def _uniform(self, devices: tuple[str, ...]) -> Params:
+        """A group's figures for the closed forms: (alpha, beta, gamma, shared port, intra alpha,
+        intra beta). One node, or one rank per node: the worst latency and narrowest route among
+        ring neighbours and partners half the group away. Several ranks on each of several nodes:
+        alpha and beta between nodes from the rings that join the same position of every node
+        (what hierarchical schedules use, one per rank of a node), the intra figures inside nodes."""
+        found = self._params.get(devices)
+        if found is None:
+            p = len(devices)
+            groups = self._node_groups(devices)
+            memory_Bps = self.network.graph.nodes[devices[0]].get("memory_bandwidth_Bps")
+            gamma = 3.0 / float(memory_Bps) if memory_Bps else 0.0
+            width = min(len(g) for g in groups)
+            if len(groups) > 1 and width > 1:
+                g = len(groups)
+                across = {
+                    (devices[groups[j][i]], devices[groups[(j + 1) % g][i]])
+                    for i in range(width)
+                    for j in range(g)
+                }
+                inside = {
+                    (devices[grp[i]], devices[grp[(i + 1) % len(grp)]])
+                    for grp in groups
+                    for i in range(len(grp))
+                }
+                lat, bw, direct = self._worst(across)
+                ilat, ibw, _ = self._worst(inside)
+                found = (lat, 1.0 / bw, gamma, not direct, ilat, 1.0 / ibw)
+            else:
+                pairs = {(devices[i], devices[(i + 1) % p]) for i in range(p)}
+                pairs |= {(devices[i], devices[(i + p // 2) % p]) for i in range(p)}
+                lat, bw, direct = self._worst(pairs)
+                found = (lat, 1.0 / bw, gamma, not direct, None, None)
+            self._params[devices] = found
+        return found
+
+    def seconds(self, call: CommCall, stage: int) -> float:
+        """Seconds ``call`` takes on stage ``stage``'s group."""
+        key = (call.collective, call.axis, call.size_bytes, stage)
+        found = self._times.get(key)
+        if found is None:
+            found = self._times[key] = self._time(call, self.group(call.axis, stage))
+        return found
+
+    def _time(self, call: CommCall, devices: tuple[str, ...]) -> float:
+        p = len(devices)
+        if p < 2 or call.size_bytes <= 0:
+            return 0.0
+        if call.collective == "send_recv":
+            channels, latency = self.network.route(devices[0], devices[1])
+            bw = float(self.network.channel_bandwidth_Bps[channels].min()) if len(channels) else float("inf")
+            return latency + call.size_bytes / bw
+        params = self._uniform(devices)
+        if call.collective == "all_to_all":
+            alpha, beta, _, _, _, intra_beta = params
+            local = max(len(g) for g in self._node_groups(devices))
+            if intra_beta is None:
+                return (p - 1) * alpha + (p - 1) / p * call.size_bytes * beta
+            return (p - 1) * alpha + call.size_bytes * ((p - local) / p * beta + (local - 1) / p * intra_beta)
+        return self._nccl(call, devices, params)
+
+    def _nccl(self, call: CommCall, devices: tuple[str, ...], params: Params) -> float:
+        from parplan.topology.nccl_system import nccl_system
+
+        system = self._systems.get(devices, _MISSING)
+        if system is _MISSING:
+            system = self._systems[devices] = nccl_system(self.network, devices)
+        spec: Any = _AUTO
+        if call.collective == "all_reduce" and call.axis in ("dp", "dp_cp", "edp", "dp_replicate"):
+            spec = self.layout.strategy.aggregation.algorithm
+        groups = self._node_groups(devices) if len(self._node_groups(devices)) > 1 else None
+        return _closed_form(
+            spec,
+            call.collective,
+            len(devices),
+            call.size_bytes,
+            system,
+            self.network.transport,
+            params,
+            groups,
+        )
+
+    def total(self, calls: Sequence[CommCall], stage: int) -> float:
+        """Seconds of ``calls`` run one after another."""
+        return sum(self.seconds(c, stage) for c in calls)

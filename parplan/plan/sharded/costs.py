@@ -1,0 +1,350 @@
+"""What one step of a sharded plan costs, stage by stage: :func:`layout_plan` turns a
+:class:`~parplan.config.strategy.ShardedStrategy` into a :class:`ShardedLayout` that both the
+closed-form evaluation (:mod:`parplan.api.sharded_analytic`) and the event-simulated task graph
+(:mod:`parplan.plan.sharded.tasks`) read.
+
+**Model chunks.** The ``L`` blocks are split over ``C = pp x virtual_stages`` model chunks in model
+order; chunk ``c`` runs on stage ``c mod pp`` as that stage's virtual chunk ``c // pp`` (Megatron's
+interleaving). Uneven splits are allowed: every chunk gets ``L // C`` blocks and the ``L mod C``
+left over go one each to chunks ``1, 2, .., C - 2``, then ``C - 1``, then ``0`` (the first and last
+chunks also carry the embedding and the logits, so they take extra blocks last). The embedding runs
+on chunk 0, the head (logits and loss) on chunk ``C - 1``.
+
+**Compute** per chunk, one micro-batch, one device: T's ``block_ops`` / ``embedding_ops`` /
+``head_ops`` for this device's share (TP, SP, CP, EP split) timed by the roofline ``op_seconds``
+of the stage's device in the strategy's dtype; backward with ``backward=True``. Recomputation
+(Korthikanti et al. 2022): ``full`` redoes every block's forward before its backward; ``selective``
+redoes the attention core (the ``attention`` ops). The straggler jitter of other plans is not applied.
+
+**Communication**: :mod:`parplan.plan.sharded.comm` (TP/SP, CP ring, EP all-to-all per block) and
+:mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
+Between consecutive chunks each micro-batch sends ``p2p_bytes`` = ``b S / cp x h x e / tp``: the
+activation as Megatron sends it (scattered over the TP group, sequence-parallel or not) and, in
+backward, its gradient of the same size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from parplan.config.strategy import ShardedStrategy
+from parplan.errors import PlanError
+from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
+from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
+from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
+from parplan.plan.sharded.sync import UnitParams, optimizer_params, stage_sync
+
+if TYPE_CHECKING:
+    from parplan.model.transformer import Op, TransformerShape
+    from parplan.plan.base import PlanContext
+    from parplan.topology.network import DeviceInfo
+
+__all__ = ["ChunkWork", "CommCall", "ShardedLayout", "layout_plan", "split_layers", "transformer_shape"]
+
+
+@dataclass(frozen=True)
+class ChunkWork:
+    """One model chunk (virtual stage) of one pipeline stage, one micro-batch, one device.
+
+    ``forward_s`` / ``backward_s`` / ``recompute_s`` are compute only; ``forward_comm`` /
+    ``backward_comm`` are the TP/SP/CP/EP calls in the order they run (``recompute ...`` calls of
+    full recomputation first in backward). ``params`` are what this device holds for the chunk
+    after TP/EP splits, before ZeRO/FSDP (``expert_params`` of them are expert weights).
+    ``attention_forward_s`` / ``attention_backward_s`` are the times of the attention cores (what
+    CP's ring hides behind); ``layer_comm`` the calls of each block (forward and backward), for a
+    builder that works layer by layer.
+    """
+
+    layers: tuple[str, ...]
+    forward_s: float
+    backward_s: float
+    recompute_s: float
+    forward_comm: tuple[CommCall, ...]
+    backward_comm: tuple[CommCall, ...]
+    params: float
+    expert_params: float = 0.0
+    attention_forward_s: float = 0.0
+    attention_backward_s: float = 0.0
+    layer_comm: tuple[LayerComm, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShardedLayout:
+    """A sharded plan's mesh and per-stage costs (module docstring). Per ``[stage]``:
+    ``chunks[s][v]`` holds model chunk ``v x pp + s``; ``param_gather`` the ZeRO-3/FSDP all-gathers
+    in forward order (again before backward when ``param_gather_backward``); ``grad_sync`` the
+    gradient reduce-scatters / all-reduces in backward order; ``param_sync`` the all-gathers of
+    updated parameters after the optimizer (ZeRO-1/2); ``optimizer_s`` the update.
+    ``per_microbatch_sync``: the gathers and ``grad_sync`` run every micro-batch (ZeRO-3, FSDP),
+    not once per step. ``embedding_sync`` is the tied-embedding all-reduce between first and last
+    stage (``None`` without tied embeddings or a pipeline)."""
+
+    strategy: ShardedStrategy
+    mesh: Mesh
+    shape: TransformerShape
+    microbatches: int
+    chunks: tuple[tuple[ChunkWork, ...], ...]
+    p2p_bytes: float
+    param_gather: tuple[tuple[CommCall, ...], ...]
+    grad_sync: tuple[tuple[CommCall, ...], ...]
+    optimizer_s: tuple[float, ...]
+    embedding_sync: CommCall | None
+    param_sync: tuple[tuple[CommCall, ...], ...] = ()
+    param_gather_backward: bool = False
+    per_microbatch_sync: bool = False
+
+    @property
+    def virtual_stages(self) -> int:
+        """Model chunks per stage."""
+        return len(self.chunks[0])
+
+    def stage_params(self, stage: int) -> float:
+        """Parameters one device of ``stage`` holds (TP/EP split, before ZeRO/FSDP)."""
+        return sum(c.params for c in self.chunks[stage])
+
+
+def transformer_shape(ctx: PlanContext) -> TransformerShape:
+    """The scenario model's transformer shape, or a :class:`PlanError` for another model."""
+    from parplan.model.transformer import shape_of
+
+    shape = shape_of(ctx.model)
+    if shape is None:
+        raise PlanError(
+            f"a sharded plan needs a transformer model; {ctx.model.name!r} is not one "
+            "(use a transformer generator or a Hugging Face config)"
+        )
+    return shape
+
+
+def split_layers(layers: int, chunks: int) -> tuple[int, ...]:
+    """Blocks per model chunk (module docstring's rule for the remainder).
+
+    >>> split_layers(10, 4)
+    (2, 3, 3, 2)
+    >>> split_layers(7, 4)
+    (1, 2, 2, 2)
+    """
+    base, extra = divmod(layers, chunks)
+    counts = [base] * chunks
+    preference = [*range(1, chunks - 1), chunks - 1, 0] if chunks > 1 else [0]
+    for c in preference[:extra]:
+        counts[c] += 1
+    return tuple(counts)
+
+
+class _Roofline:
+    """Ops and their seconds on one device, cached per kind of block (dense or MoE)."""
+
+    def __init__(
+        self, ctx: PlanContext, strategy: ShardedStrategy, shape: TransformerShape, device: DeviceInfo
+    ) -> None:
+        self.strategy, self.shape, self.device = strategy, shape, device
+        self._blocks: dict[bool, tuple[float, float, float, float, float]] = {}
+        self._comm: dict[bool, LayerComm] = {}
+
+    def layer_comm(self, sizes: CommSizes, moe: bool, ep: int) -> LayerComm:
+        """The calls of a dense or MoE block (the same for every block of its kind)."""
+        found = self._comm.get(moe)
+        if found is None:
+            found = self._comm[moe] = layer_comm(self.strategy, sizes, moe=moe, ep=ep)
+        return found
+
+    def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
+        from parplan.plan.compute import op_seconds
+
+        dtype = self.strategy.dtype
+        fwd = sum(op_seconds(self.device, op, dtype) for op in ops)
+        bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in ops)
+        core = [op for op in ops if op.kind == "attention"]
+        attention = sum(op_seconds(self.device, op, dtype) for op in core)
+        attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
+        recompute = {"none": 0.0, "selective": attention, "full": fwd}[self.strategy.recompute]
+        return fwd, bwd, recompute, attention, attention_bwd
+
+    def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float, float]:
+        """(forward, backward, recompute, attention forward, attention backward) seconds of block
+        ``layer``."""
+        key = self.shape.is_moe(layer)
+        found = self._blocks.get(key)
+        if found is None:
+            from parplan.model.transformer import block_ops
+
+            s = self.strategy
+            ops = block_ops(
+                self.shape,
+                microbatch=s.microbatch_size,
+                tp=s.tp,
+                sp=s.sequence_parallel,
+                cp=s.cp,
+                flash_attention=s.flash_attention,
+                ep=mesh.ep,
+                capacity_factor=s.capacity_factor,
+                layer=layer,
+            )
+            found = self._blocks[key] = self._seconds(ops)
+        return found
+
+    def ends(self, which: str) -> tuple[float, float]:
+        """(forward, backward) seconds of the embedding or the head."""
+        from parplan.model.transformer import embedding_ops, head_ops
+
+        s = self.strategy
+        if which == "embedding":
+            ops = embedding_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp)
+        else:
+            ops = head_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp, sp=s.sequence_parallel)
+        fwd, bwd, _, _, _ = self._seconds(ops)
+        return fwd, bwd
+
+
+def _comm_sizes(strategy: ShardedStrategy, shape: TransformerShape) -> CommSizes:
+    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    e = shape.bytes_per_element
+    kv = 2.0 * tokens * (shape.kv_heads / strategy.tp) * shape.head_dim * e if strategy.cp > 1 else 0.0
+    dispatch = tokens * shape.top_k * strategy.capacity_factor * shape.hidden * e
+    return CommSizes(activation_bytes=tokens * shape.hidden * e, kv_step_bytes=kv, dispatch_bytes=dispatch)
+
+
+def _node_ids(ctx: PlanContext, shape: TransformerShape) -> tuple[str, tuple[str, ...], str]:
+    """(embedding id, block ids, head id) of the model graph: its first, middle and last nodes."""
+    order = ctx.model.order
+    if len(order) != shape.layers + 2:
+        raise PlanError(
+            f"model {ctx.model.name!r} has {len(order)} nodes; a sharded plan expects an embedding, "
+            f"{shape.layers} blocks and a head"
+        )
+    return order[0], tuple(order[1:-1]), order[-1]
+
+
+def _chunk(
+    ctx: PlanContext,
+    layout: tuple[ShardedStrategy, TransformerShape, Mesh],
+    roof: _Roofline,
+    chunk: int,
+    first: int,
+    count: int,
+) -> tuple[ChunkWork, list[UnitParams]]:
+    """The work of model chunk ``chunk`` holding blocks ``first .. first + count - 1``."""
+    strategy, shape, mesh = layout
+    total = strategy.pp * strategy.virtual_stages
+    emb_id, block_ids, head_id = _node_ids(ctx, shape)
+    sizes = _comm_sizes(strategy, shape)
+    tp = strategy.tp
+    fwd = bwd = rec = attn = attn_bwd = 0.0
+    fcomm: list[CommCall] = []
+    bcomm: list[LayerComm] = []
+    per_layer: list[LayerComm] = []
+    units: list[UnitParams] = []
+    names: list[str] = []
+    if chunk == 0:
+        f, b = roof.ends("embedding")
+        fwd, bwd = fwd + f, bwd + b
+        lc = embedding_comm(strategy, sizes.activation_bytes)
+        fcomm += lc.forward
+        bcomm.append(lc)
+        names.append(emb_id)
+        units.append(UnitParams(emb_id, shape.embedding_params() / tp, 0.0))
+    for i in range(first, first + count):
+        f, b, r, a, ab = roof.block(i, mesh)
+        fwd, bwd, rec, attn, attn_bwd = fwd + f, bwd + b, rec + r, attn + a, attn_bwd + ab
+        lc = roof.layer_comm(sizes, shape.is_moe(i), mesh.ep)
+        per_layer.append(lc)
+        fcomm += lc.forward
+        bcomm.append(lc)
+        names.append(block_ids[i])
+        experts = shape.expert_params(i)
+        units.append(
+            UnitParams(block_ids[i], (shape.block_params(i) - experts) / tp, experts / (tp * mesh.ep))
+        )
+    if chunk == total - 1:
+        f, b = roof.ends("head")
+        fwd, bwd = fwd + f, bwd + b
+        tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+        lc = head_comm(strategy, sizes.activation_bytes, tokens)
+        fcomm += lc.forward
+        bcomm.append(lc)
+        names.append(head_id)
+        head = shape.head_params()
+        if shape.tie_embeddings and strategy.pp > 1:
+            head = float(shape.vocabulary * shape.hidden)  # Megatron's copy on the last stage
+        units.append(UnitParams(head_id, head / tp, 0.0))
+    backward = tuple(c for lc in reversed(bcomm) for c in lc.backward)
+    work = ChunkWork(
+        layers=tuple(names),
+        forward_s=fwd,
+        backward_s=bwd,
+        recompute_s=rec,
+        forward_comm=tuple(fcomm),
+        backward_comm=backward,
+        params=sum(u.dense + u.expert for u in units),
+        expert_params=sum(u.expert for u in units),
+        attention_forward_s=attn,
+        attention_backward_s=attn_bwd,
+        layer_comm=tuple(per_layer),
+    )
+    return work, units
+
+
+def layout_plan(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedLayout:
+    """The mesh and the per-stage costs of ``strategy`` on the scenario (module docstring);
+    :class:`PlanError` for a plan that does not fit the model, the cluster or the batch."""
+    shape = transformer_shape(ctx)
+    mesh = build_mesh(strategy, ctx.network)
+    check_shape(strategy, shape, mesh)
+    m = microbatches_per_pipeline(strategy, ctx.training.global_batch_size, mesh.dp)
+    pp, v = strategy.pp, strategy.virtual_stages
+    counts = split_layers(shape.layers, pp * v)
+    starts = [sum(counts[:c]) for c in range(pp * v)]
+    spec = ctx.model_spec
+    data_ranks = mesh.dp * mesh.cp
+    expert_ranks = data_ranks // mesh.ep
+    chunks: list[tuple[ChunkWork, ...]] = []
+    gathers, grads, params_after, optimizer = [], [], [], []
+    for s in range(pp):
+        info = ctx.network.device(mesh.device({"pp": s}))
+        roof = _Roofline(ctx, strategy, shape, info)
+        row: list[ChunkWork] = []
+        units: list[UnitParams] = []
+        for vc in range(v):
+            c = vc * pp + s
+            work, chunk_units = _chunk(ctx, (strategy, shape, mesh), roof, c, starts[c], counts[c])
+            row.append(work)
+            units += chunk_units
+        chunks.append(tuple(row))
+        sync = stage_sync(
+            strategy,
+            units,
+            grad_bytes=spec.bytes_per_grad,
+            param_bytes=spec.bytes_per_param,
+            shard_group=mesh.sizes["dp_shard"],
+            data_ranks=data_ranks,
+            expert_ranks=expert_ranks,
+        )
+        gathers.append(sync.param_gather)
+        grads.append(sync.grad_sync)
+        params_after.append(sync.param_sync)
+        owned = optimizer_params(strategy, units, data_ranks, expert_ranks, mesh.sizes["dp_shard"])
+        optimizer.append(owned * optimizer_bytes_moved_per_param(spec) / memory_bandwidth_Bps(info))
+    embedding_sync = None
+    if shape.tie_embeddings and pp > 1:
+        size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
+        embedding_sync = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
+    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    fully = strategy.zero == 3 or strategy.fsdp != "none"
+    return ShardedLayout(
+        strategy=strategy,
+        mesh=mesh,
+        shape=shape,
+        microbatches=m,
+        chunks=tuple(chunks),
+        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
+        param_gather=tuple(gathers),
+        grad_sync=tuple(grads),
+        optimizer_s=tuple(optimizer),
+        embedding_sync=embedding_sync,
+        param_sync=tuple(params_after),
+        param_gather_backward=fully and strategy.fsdp != "shard_grad_op",
+        per_microbatch_sync=fully,
+    )

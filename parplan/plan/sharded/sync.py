@@ -1,0 +1,182 @@
+"""The data-parallel side of a sharded plan on one pipeline stage: gradient reduction, ZeRO/FSDP
+parameter gathers, the tied-embedding all-reduce, and the optimizer's share of the parameters.
+
+Gradients of dense parameters are reduced over ``dp_cp`` (the data and context ranks: CP ranks hold
+the same weights), expert parameters over ``edp`` (the data ranks holding the same experts).
+Bytes per element: ``bytes_per_grad`` for gradients, ``bytes_per_param`` for parameters (the
+model spec's; Megatron under bf16 reduces gradients in fp32: a model spec with
+``bytes_per_grad: 4`` says so).
+
+- **ZeRO 0** (plain DDP / Megatron DDP): gradients all-reduced in buckets of
+  ``aggregation.bucket_size`` filled in backward order; once per step, overlapped with the last
+  micro-batch's backward when ``aggregation.overlap``.
+- **ZeRO 1 and 2** (DeepSpeed; Megatron's distributed optimizer): the buckets are reduce-scattered,
+  each rank updates its shard, and the updated parameters are all-gathered after the optimizer
+  (``param_sync``); once per step.
+- **ZeRO 3, FSDP ``full_shard``**: every layer is one unit; its parameters are all-gathered before its
+  forward and again before its backward, its gradients reduce-scattered after its backward; every
+  micro-batch (DeepSpeed ZeRO-3 and FSDP without ``no_sync``).
+- **FSDP ``shard_grad_op``**: the gathers happen before the forward only (parameters stay until the
+  backward is done), gradients reduce-scattered per layer, every micro-batch.
+- **FSDP ``hybrid_shard``**: ``full_shard`` inside ``dp_shard`` blocks of ``shard_group`` ranks, then
+  the reduced shard all-reduced across the blocks (``dp_replicate``).
+- **Tied embeddings** with ``pp > 1``: Megatron keeps the word embedding on the first stage and a
+  copy on the last for the logits, and all-reduces their gradients between the two once per step.
+- **Optimizer**: each rank updates the parameters it owns after sharding (ZeRO >= 1 or FSDP: its
+  ``1 / dp_cp`` share of the dense ones, ``1 / edp`` of the expert ones); memory bound, as
+  :func:`parplan.plan.compute.optimizer_seconds` prices it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from parplan.config.strategy import ShardedStrategy
+from parplan.plan.sharded.comm import CommAxis, CommCall
+
+
+@dataclass(frozen=True)
+class UnitParams:
+    """The parameters one device holds for one sharding unit (a layer, the embedding or the head),
+    after TP/EP splits: ``dense`` (reduced over dp_cp) and ``expert`` (reduced over edp)."""
+
+    name: str
+    dense: float
+    expert: float
+
+
+@dataclass(frozen=True)
+class StageSync:
+    """The data-parallel calls of one stage (see the module docstring)."""
+
+    param_gather: tuple[CommCall, ...]
+    grad_sync: tuple[CommCall, ...]
+    param_sync: tuple[CommCall, ...]
+
+
+def fully_sharded(strategy: ShardedStrategy) -> bool:
+    """Whether parameters live sharded between uses (ZeRO-3 or any FSDP mode)."""
+    return strategy.zero == 3 or strategy.fsdp != "none"
+
+
+def state_sharded(strategy: ShardedStrategy) -> bool:
+    """Whether the optimizer state is sharded over the data ranks (ZeRO >= 1 or FSDP)."""
+    return strategy.zero >= 1 or strategy.fsdp != "none"
+
+
+def _buckets(units: Sequence[UnitParams], kind: str, bucket_params: float) -> list[float]:
+    """Parameter counts of the buckets of ``kind`` ("dense"/"expert") filled in backward order."""
+    out: list[float] = []
+    current = 0.0
+    for u in reversed(units):
+        p = u.dense if kind == "dense" else u.expert
+        if p <= 0:
+            continue
+        current += p
+        if current >= bucket_params:
+            out.append(current)
+            current = 0.0
+    if current > 0:
+        out.append(current)
+    return out
+
+
+def stage_sync(
+    strategy: ShardedStrategy,
+    units: Sequence[UnitParams],
+    *,
+    grad_bytes: float,
+    param_bytes: float,
+    shard_group: int,
+    data_ranks: int,
+    expert_ranks: int,
+) -> StageSync:
+    """The calls of one stage whose units (model order) hold ``units`` parameters per device.
+
+    ``data_ranks`` is the size of dp_cp, ``expert_ranks`` of edp, ``shard_group`` of a
+    hybrid-shard block.
+    """
+    if fully_sharded(strategy):
+        return _fsdp_sync(strategy, units, grad_bytes, param_bytes, shard_group, data_ranks, expert_ranks)
+    bucket_params = strategy.aggregation.bucket_size_bytes / grad_bytes
+    grads: list[CommCall] = []
+    params: list[CommCall] = []
+    for kind, axis, ranks in (("dense", "dp_cp", data_ranks), ("expert", "edp", expert_ranks)):
+        if ranks <= 1:
+            continue
+        ax: CommAxis = "dp_cp" if axis == "dp_cp" else "edp"
+        for k, n in enumerate(_buckets(units, kind, bucket_params)):
+            label = f"{kind} bucket{k}"
+            if strategy.zero == 0:
+                grads.append(CommCall("all_reduce", n * grad_bytes, ax, False, f"dp all-reduce {label}"))
+            else:
+                grads.append(
+                    CommCall("reduce_scatter", n * grad_bytes, ax, False, f"dp reduce-scatter {label}")
+                )
+                params.append(
+                    CommCall("all_gather", n * param_bytes, ax, False, f"dp param all-gather {label}")
+                )
+    return StageSync((), tuple(grads), tuple(params))
+
+
+def _fsdp_sync(
+    strategy: ShardedStrategy,
+    units: Sequence[UnitParams],
+    grad_bytes: float,
+    param_bytes: float,
+    shard_group: int,
+    data_ranks: int,
+    expert_ranks: int,
+) -> StageSync:
+    hybrid = strategy.fsdp == "hybrid_shard"
+    shard_axis: CommAxis = "dp_shard" if hybrid else "dp_cp"
+    shard_ranks = shard_group if hybrid else data_ranks
+    gathers: list[CommCall] = []
+    grads: list[CommCall] = []
+    for u in units:
+        if u.dense > 0 and shard_ranks > 1:
+            gathers.append(
+                CommCall("all_gather", u.dense * param_bytes, shard_axis, False, f"fsdp gather {u.name}")
+            )
+        if u.expert > 0 and expert_ranks > 1:
+            gathers.append(
+                CommCall("all_gather", u.expert * param_bytes, "edp", False, f"fsdp gather {u.name} experts")
+            )
+    for u in reversed(units):
+        if u.dense > 0 and shard_ranks > 1:
+            grads.append(
+                CommCall(
+                    "reduce_scatter", u.dense * grad_bytes, shard_axis, False, f"fsdp reduce-scatter {u.name}"
+                )
+            )
+        if hybrid and u.dense > 0 and data_ranks > shard_ranks:
+            shard = u.dense * grad_bytes / shard_ranks
+            grads.append(CommCall("all_reduce", shard, "dp_replicate", False, f"hsdp all-reduce {u.name}"))
+        if u.expert > 0 and expert_ranks > 1:
+            grads.append(
+                CommCall(
+                    "reduce_scatter",
+                    u.expert * grad_bytes,
+                    "edp",
+                    False,
+                    f"fsdp reduce-scatter {u.name} experts",
+                )
+            )
+    return StageSync(tuple(gathers), tuple(grads), ())
+
+
+def optimizer_params(
+    strategy: ShardedStrategy,
+    units: Sequence[UnitParams],
+    data_ranks: int,
+    expert_ranks: int,
+    shard_group: int,
+) -> float:
+    """Parameters this device's optimizer updates (its shard under ZeRO >= 1 / FSDP)."""
+    dense = sum(u.dense for u in units)
+    expert = sum(u.expert for u in units)
+    if not state_sharded(strategy):
+        return dense + expert
+    dense_ranks = shard_group if strategy.fsdp == "hybrid_shard" else data_ranks
+    return dense / max(1, dense_ranks) + expert / max(1, expert_ranks)

@@ -1,0 +1,416 @@
+"""One step of a sharded plan as a task graph, for the event engine: :func:`build_tasks`.
+
+**Symmetry, stated.** The ranks of one TP group (and of one CP group) run the same kernels on the
+same sizes at the same times, and on a uniform fabric they meet the same links: a TP group's
+collectives stay inside its node, and each rank's inter-node traffic leaves through its own NIC.
+So the graph holds one *representative* device per (pipeline stage, data-parallel rank): the mesh
+device at TP rank 0 and CP rank 0. GPT-3 175B at TP 8 x PP 8 x DP 16 has 128 representatives for
+1024 GPUs. What is simulated and what is replayed:
+
+- **Simulated with link sharing** (transfers on the network): point-to-point activations and their
+  gradients between consecutive model chunks (``layout.p2p_bytes`` per micro-batch), and the
+  once-per-step collectives whose group is made of representatives only (the data-parallel
+  gradient buckets, ZeRO-1/2's parameter all-gather, the tied-embedding all-reduce between first
+  and last stage when CP is 1), lowered through the registry and ``auto``
+  (:func:`parplan.plan.collective.resolve_run`, :func:`~parplan.plan.collective.lower_schedule`),
+  so pipeline and data-parallel traffic share the NICs and switches as they do on the cluster.
+- **Replayed** (compute tasks of a known duration): TP/SP, CP and EP calls of every chunk, and
+  ZeRO-3/FSDP's per-micro-batch gathers and reduce-scatters, and any once-per-step call whose
+  group reaches beyond the representatives. Each distinct (call, size, stage) is timed once by
+  lowering one instance on its group's devices and simulating it with the engine
+  (``ctx.simulator``: the engine's own rules, protocols and per-call costs); without a simulator,
+  or for all-to-all and send/recv, by :class:`~parplan.plan.sharded.clock.CollectiveClock`'s closed
+  form. **Blocking** calls (Megatron's TP in forward, EP all-to-alls) run on the compute stream:
+  the compute waits for them. **Overlappable** ones run on the device's communication stream
+  (:data:`~parplan.taskgraph.COMM_STREAM`): TP backward calls beside the weight-gradient half of
+  the backward (``WGRAD_SHARE``), CP ring steps beside the attention core, FSDP gathers one chunk
+  ahead (prefetch) and reduce-scatters after each chunk's backward.
+
+What this costs in truth: replayed calls do not contend with simulated traffic (a TP group's
+NVSwitch is its own; CP and FSDP traffic that leaves the node does share NICs with the pipeline
+in reality), and a cluster whose GPUs share one NIC per node would need the other TP ranks'
+traffic too (their rings are not in the graph).
+
+**Order.** Each representative's compute stream runs its stage's units strictly in the pipeline
+schedule's :meth:`~parplan.pipeline.PipelineSchedule.worker_order`, as Megatron's blocking schedule
+does: each unit waits for the one before it (and for the schedule's rules,
+:meth:`~parplan.pipeline.PipelineSchedule.waits_for`), so streams need no priorities and run FIFO
+(the engine books them in batches). Units name a chunk (model chunk ``c x pp + s`` on stage
+``s``), so interleaved 1F1B runs as Megatron runs it.
+Per unit: forward = compute, then its blocking calls; backward = recompute, blocking calls, the
+input-gradient half, then the weight-gradient half beside the overlappable calls. After the last
+backward: gradient buckets (ready when the chunks they cover finish their last backward, in
+backward order), the tied-embedding all-reduce, the optimizer, ZeRO-1/2's parameter all-gather.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from parplan.errors import PlanError
+from parplan.pipeline import Stage, Unit
+from parplan.pipeline import get as get_schedule
+from parplan.plan.sharded.calls import CallTimer
+from parplan.plan.sharded.comm import CommCall
+from parplan.plan.sharded.step_end import add_step_end, bucket_chunk
+from parplan.taskgraph import COMM_STREAM, TaskGraph, TaskGraphBuilder
+
+if TYPE_CHECKING:
+    from parplan.plan.base import PlanContext
+    from parplan.plan.sharded.costs import ShardedLayout
+
+WGRAD_SHARE = 0.5
+"""Share of a backward pass spent in weight-gradient GEMMs (what TP backward calls hide behind);
+the analytic evaluation uses the same share."""
+
+
+@dataclass
+class _Build:
+    """The graph being built: representatives, timers, and the tasks made so far."""
+
+    b: TaskGraphBuilder
+    ctx: PlanContext
+    layout: ShardedLayout
+    timer: CallTimer
+    reps: list[list[str]]  # [stage][dp rank]
+    forward: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # (stage, d, unit) -> done
+    backward: dict[tuple[int, int, Unit], int] = field(default_factory=dict)
+    costs: dict[tuple[int, int], _Costs] = field(default_factory=dict)  # (stage, chunk) -> seconds
+    gathered: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last gather
+    previous: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> last unit's end
+    earlier: dict[tuple[int, int], int] = field(default_factory=dict)  # (stage, d) -> the unit's before
+    scattered: dict[tuple[int, int, Unit], int] = field(default_factory=dict)  # ZeRO-3/FSDP reduce-scatter
+    bucket_ready: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (stage, d, bucket)
+
+
+@dataclass(frozen=True)
+class _Costs:
+    """Seconds of one chunk's parts on one stage, one micro-batch (the same on every dp rank)."""
+
+    forward_blocking_s: float
+    forward_overlapped: tuple[CommCall, ...]
+    forward_overlapped_s: float
+    forward_core_s: float  # the attention core, apart when the CP ring hides behind it
+    backward_blocking_s: float
+    backward_overlapped: tuple[CommCall, ...]
+    backward_overlapped_s: float
+    share: float  # the chunk's share of the stage's layers (its ZeRO-3/FSDP calls)
+
+
+def _costs(st: _Build, s: int, chunk: int) -> _Costs:
+    found = st.costs.get((s, chunk))
+    if found is None:
+        work, timer = st.layout.chunks[s][chunk], st.timer
+        fwd = tuple(c for c in work.forward_comm if not c.blocking)
+        bwd = tuple(c for c in work.backward_comm if not c.blocking)
+        found = st.costs[(s, chunk)] = _Costs(
+            forward_blocking_s=timer.total([c for c in work.forward_comm if c.blocking], s),
+            forward_overlapped=fwd,
+            forward_overlapped_s=timer.total(fwd, s),
+            forward_core_s=work.attention_forward_s if any(c.axis == "cp" for c in fwd) else 0.0,
+            backward_blocking_s=timer.total([c for c in work.backward_comm if c.blocking], s),
+            backward_overlapped=bwd,
+            backward_overlapped_s=timer.total(bwd, s),
+            share=len(work.layers) / max(1, sum(len(c.layers) for c in st.layout.chunks[s])),
+        )
+    return found
+
+
+def representatives(layout: ShardedLayout) -> list[list[str]]:
+    """``[stage][dp rank]``: the mesh device at TP rank 0, CP rank 0 of each (stage, dp rank)."""
+    mesh = layout.mesh
+    return [[mesh.device({"pp": s, "dp": d}) for d in range(mesh.dp)] for s in range(mesh.pp)]
+
+
+def build_tasks(ctx: PlanContext, layout: ShardedLayout) -> TaskGraph:
+    """The task graph of one step of ``layout`` (module docstring); ``meta`` holds the
+    representatives (``"representatives"``) and the devices each stands for (``"represents"``)."""
+    strategy = layout.strategy
+    schedule = get_schedule(strategy.schedule)
+    pp, v, m = strategy.pp, layout.virtual_stages, layout.microbatches
+    if v > 1 and not schedule.interleaved:
+        raise PlanError(f"pipeline schedule {schedule.name!r} runs one chunk per stage, not {v}")
+    reps = representatives(layout)
+    # one data-parallel rank's pipeline, built once and copied for the others (module docstring)
+    st = _Build(TaskGraphBuilder(), ctx, layout, CallTimer(ctx, layout), [[row[0]] for row in reps])
+    orders = []
+    for s in range(pp):
+        stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
+        orders.append(schedule.worker_order(stage))
+    for s, unit in strict_order(orders, pp, v):
+        stage = Stage(index=s, num_stages=pp, microbatches=m, virtual_stages=v)
+        _add_unit(st, s, 0, unit, schedule.waits_for(unit, stage))
+    b = TaskGraphBuilder()
+    offsets = replicate(b, st.b.build(), reps)
+    ends = {**st.backward, **st.scattered}
+    last = {
+        (s, d, u): ends[(s, 0, u)] + offset
+        for d, offset in enumerate(offsets)
+        for s in range(pp)
+        for u in (Unit("B", m - 1, c) for c in range(v))
+    }
+
+    ready = {
+        (s, d, k): t + offset for d, offset in enumerate(offsets) for (s, _, k), t in st.bucket_ready.items()
+    }
+    add_step_end(b, ctx, layout, st.timer, reps, last, ready)
+    mesh = layout.mesh
+    return b.build(
+        meta={"representatives": [dev for row in reps for dev in row], "represents": mesh.tp * mesh.cp}
+    )
+
+
+def replicate(b: TaskGraphBuilder, piece: TaskGraph, reps: Sequence[Sequence[str]]) -> list[int]:
+    """Append ``piece`` (the pipeline of data-parallel rank 0, on ``reps[s][0]``) once per rank
+    ``d`` with each ``reps[s][0]`` replaced by ``reps[s][d]``; returns each copy's task offset."""
+    import numpy as np
+
+    categories = np.array([b.category_id(c) for c in piece.categories], dtype=np.int32)
+    labels = np.array([b.label_id(x) for x in piece.labels], dtype=np.int32)
+    stage_of = {row[0]: s for s, row in enumerate(reps)}
+    offsets: list[int] = []
+    for d in range(len(reps[0])):
+        devices = np.array([b.device_id(reps[stage_of[x]][d]) for x in piece.devices] + [-1], dtype=np.int32)
+        first = b.num_tasks
+        columns: dict[str, np.ndarray] = {
+            "kind": piece.kind,
+            "device": devices[piece.device],  # -1 (markers) reads the appended -1
+            "dst": devices[piece.dst],
+            "size_bytes": piece.size_bytes,
+            "seconds": piece.seconds,
+            "flops": piece.flops,
+            "reduce": piece.reduce,
+            "priority": piece.priority,
+            "category": categories[piece.category],
+            "label": labels[piece.label],
+            "protocol": piece.protocol,
+            "overhead_s": piece.overhead_s,
+            "max_rate_Bps": piece.max_rate_Bps,
+        }
+        if piece.stream is not None:
+            columns["stream"] = piece.stream
+        if piece.lane is not None:
+            columns["lane"] = piece.lane
+        b.add_block(
+            columns, np.asarray(piece.dep_offsets, dtype=np.int64), piece.dep_indices.astype(np.int64) + first
+        )
+        offsets.append(first)
+    return offsets
+
+
+def strict_order(orders: Sequence[Sequence[Unit]], pp: int, v: int) -> list[tuple[int, Unit]]:
+    """Every (stage, unit) in an order that puts each after the unit before it on its stage and
+    after the units it needs data from (the previous model chunk's forward, the next one's
+    backward): the order the builder appends them, so each unit can wait for its predecessor on
+    its stage, as Megatron's blocking schedule runs them (a topological order, smallest position
+    first; the schedules' orders make no cycle, tests/pipeline prove it)."""
+    import heapq
+
+    last = pp * v - 1
+    place = [{u: k for k, u in enumerate(order)} for order in orders]
+    indegree: dict[tuple[int, Unit], int] = {}
+    for s, order in enumerate(orders):
+        for k, u in enumerate(order):
+            g = u.chunk * pp + s
+            needs = int(k > 0)
+            if u.direction == "F":
+                needs += int(g > 0)
+            else:
+                needs += (
+                    1 if g < last else 0
+                )  # the next chunk's backward (the last: its own forward, earlier)
+            indegree[(s, u)] = needs
+    ready = [(0, s, orders[s][0]) for s in range(pp) if orders[s] and indegree[(s, orders[s][0])] == 0]
+    heapq.heapify(ready)
+    out: list[tuple[int, Unit]] = []
+    while ready:
+        _, s, u = heapq.heappop(ready)
+        out.append((s, u))
+        g = u.chunk * pp + s
+        followers = []
+        k = place[s][u]
+        if k + 1 < len(orders[s]):
+            followers.append((s, orders[s][k + 1]))
+        if u.direction == "F" and g < last:
+            followers.append(((g + 1) % pp, Unit("F", u.microbatch, (g + 1) // pp)))
+        if u.direction == "B" and g > 0:
+            followers.append(((g - 1) % pp, Unit("B", u.microbatch, (g - 1) // pp)))
+        for key in followers:
+            indegree[key] -= 1
+            if indegree[key] == 0:
+                heapq.heappush(ready, (place[key[0]][key[1]], key[0], key[1]))
+    if len(out) != len(indegree):
+        raise PlanError("the pipeline schedule's orders deadlock against the chunks' data dependencies")
+    return out
+
+
+def _chunk_index(st: _Build, s: int, unit: Unit) -> int:
+    """The model chunk ``unit`` runs on stage ``s`` (``chunk x pp + s``)."""
+    return unit.chunk * st.layout.strategy.pp + s
+
+
+def _neighbour(st: _Build, g: int) -> tuple[int, int]:
+    """(stage, chunk) of model chunk ``g``."""
+    pp = st.layout.strategy.pp
+    return g % pp, g // pp
+
+
+def _add_unit(st: _Build, s: int, d: int, unit: Unit, waits: Sequence[Unit]) -> None:
+    """One unit of stage ``s`` on data-parallel rank ``d``'s representative."""
+    deps = [st.backward[(s, d, w)] for w in waits]
+    previous = st.previous.get((s, d))
+    if previous is not None:
+        deps.append(previous)
+    if unit.direction == "F":
+        _add_forward(st, s, d, unit, deps)
+    else:
+        _add_backward(st, s, d, unit, deps)
+
+
+def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> int | None:
+    """ZeRO-3/FSDP: the chunk's parameter gathers on the communication stream, one unit ahead of
+    their use: the gather for a unit starts once the unit two places before it has ended (its
+    parameters may be freed, FSDP's limit of one prefetch) and the previous gather is done."""
+    layout = st.layout
+    if not layout.per_microbatch_sync or not layout.param_gather[s]:
+        return None
+    if unit.direction == "B" and not layout.param_gather_backward:
+        return None
+    seconds = st.timer.total(layout.param_gather[s], s) * _costs(st, s, unit.chunk).share
+    prev = st.gathered.get((s, d))
+    waits = list(deps) if prev is None else [prev]
+    if prev is not None and (s, d) in st.earlier:
+        waits.append(st.earlier[(s, d)])
+    label = f"gather s{s} {unit.direction}{unit.microbatch}.{unit.chunk}"
+    task = st.b.compute(
+        st.reps[s][d],
+        seconds,
+        waits,
+        category="fsdp",
+        label=label,
+        stream=COMM_STREAM,
+    )
+    st.gathered[(s, d)] = task
+    return task
+
+
+def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
+    """Forward: compute (the attention core apart, beside the CP ring, when CP > 1), then the
+    blocking calls; overlappable TP calls (``tp_comm_overlap``) beside the compute."""
+    layout, b = st.layout, st.b
+    dev = st.reps[s][d]
+    work, costs = layout.chunks[s][unit.chunk], _costs(st, s, unit.chunk)
+    g = _chunk_index(st, s, unit)
+    tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
+    if g > 0:
+        ps, pc = _neighbour(st, g - 1)
+        prev = st.forward[(ps, d, Unit("F", unit.microbatch, pc))]
+        deps.append(
+            b.transfer(
+                st.reps[ps][d], dev, layout.p2p_bytes, [prev], category="activation", label=f"act {tag}"
+            )
+        )
+    gather = _gather(st, s, d, unit, deps)
+    if gather is not None:
+        deps.append(gather)
+    core_s = costs.forward_core_s
+    last = b.compute(dev, work.forward_s - core_s, deps, category="forward", label=f"fwd {tag}")
+    ends = [last]
+    if costs.forward_overlapped:
+        ends.append(
+            _comm(
+                st,
+                s,
+                dev,
+                costs.forward_overlapped,
+                costs.forward_overlapped_s,
+                [last] if core_s else deps,
+                f"fwd comm {tag}",
+            )
+        )
+    if core_s:
+        last = b.compute(dev, core_s, [last], category="forward", label=f"attn {tag}")
+        ends.append(last)
+    if costs.forward_blocking_s:
+        last = b.compute(dev, costs.forward_blocking_s, ends, category="tp", label=f"fwd tp {tag}")
+        ends = [last]
+    if (s, d) in st.previous:
+        st.earlier[(s, d)] = st.previous[(s, d)]
+    st.previous[(s, d)] = last
+    st.forward[(s, d, unit)] = ends[0] if len(ends) == 1 else b.marker(ends, label=f"fwd done {tag}")
+
+
+def _comm(
+    st: _Build, s: int, dev: str, calls: Sequence[CommCall], seconds: float, deps: list[int], label: str
+) -> int:
+    """Overlappable calls as one task on the communication stream."""
+    category = calls[0].axis if len({c.axis for c in calls}) == 1 else "comm"
+    return st.b.compute(dev, seconds, deps, category=category, label=label, stream=COMM_STREAM)
+
+
+def _bucket_slices(st: _Build, s: int, unit: Unit) -> list[int]:
+    """The gradient buckets whose last gradients ``unit`` computes (the last micro-batch's backward
+    of the chunk the bucket belongs to, with ``aggregation.overlap``), in backward order."""
+    layout = st.layout
+    if unit.microbatch != layout.microbatches - 1 or layout.per_microbatch_sync:
+        return []
+    if not layout.strategy.aggregation.overlap:
+        return []
+    n = len(layout.grad_sync[s])
+    return [k for k in range(n) if bucket_chunk(k, n, layout.virtual_stages) == unit.chunk]
+
+
+def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
+    """Backward: recompute, blocking calls and the input-gradient half, then the weight-gradient
+    half beside the overlappable calls; ZeRO-3/FSDP's reduce-scatter after it."""
+    layout, b = st.layout, st.b
+    dev = st.reps[s][d]
+    work, costs = layout.chunks[s][unit.chunk], _costs(st, s, unit.chunk)
+    g = _chunk_index(st, s, unit)
+    tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
+    deps.append(st.forward[(s, d, Unit("F", unit.microbatch, unit.chunk))])
+    if g < layout.strategy.pp * layout.virtual_stages - 1:
+        ns, nc = _neighbour(st, g + 1)
+        later = st.backward[(ns, d, Unit("B", unit.microbatch, nc))]
+        deps.append(
+            b.transfer(
+                st.reps[ns][d],
+                dev,
+                layout.p2p_bytes,
+                [later],
+                category="activation_grad",
+                label=f"grad {tag}",
+            )
+        )
+    gather = _gather(st, s, d, unit, deps)
+    if gather is not None:
+        deps.append(gather)
+    head_s = work.recompute_s + costs.backward_blocking_s + work.backward_s * (1 - WGRAD_SHARE)
+    first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}")
+    last = first
+    slices = _bucket_slices(st, s, unit)
+    for k in slices or [-1]:
+        wgrad_s = work.backward_s * WGRAD_SHARE / max(1, len(slices))
+        last = b.compute(dev, wgrad_s, [last], category="backward", label=f"wgrad {tag}")
+        if k >= 0:
+            st.bucket_ready[(s, d, k)] = last
+    if (s, d) in st.previous:
+        st.earlier[(s, d)] = st.previous[(s, d)]
+    st.previous[(s, d)] = last
+    ends = [last]
+    if costs.backward_overlapped:
+        ends.append(
+            _comm(
+                st, s, dev, costs.backward_overlapped, costs.backward_overlapped_s, [first], f"bwd comm {tag}"
+            )
+        )
+    done = ends[0] if len(ends) == 1 else b.marker(ends, label=f"bwd done {tag}")
+    if layout.per_microbatch_sync and layout.grad_sync[s]:
+        scatter_s = st.timer.total(layout.grad_sync[s], s) * costs.share
+        label = f"reduce-scatter {tag}"
+        st.scattered[(s, d, unit)] = b.compute(
+            dev, scatter_s, [done], category="fsdp", label=label, stream=COMM_STREAM
+        )
+    st.backward[(s, d, unit)] = done
