@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from parplan.api.accuracy import (
     DEFAULT_MANIFEST,
@@ -219,6 +220,11 @@ def test_bundled_manifest_lists_every_table_and_cluster() -> None:
     listed = {manifest.resolve(t.csv).resolve() for t in manifest.spec.tables}
     assert listed == {p.resolve() for p in TABLES}
     used = {manifest.resolve(t.cluster).resolve() for t in manifest.spec.tables}
+    for row in manifest.spec.training:
+        if row.scenario is not None:
+            scenario = manifest.resolve(row.scenario)
+            cluster = yaml.safe_load(scenario.read_text())["cluster"]
+            used.add((scenario.parent / cluster).resolve())
     assert used == {p.resolve() for p in CLUSTERS}
     assert manifest.spec.targets.large.median_pct == 15 and manifest.spec.targets.small.median_pct == 25
 
