@@ -23,8 +23,9 @@ device at TP rank 0 and CP rank 0. GPT-3 175B at TP 8 x PP 8 x DP 16 has 128 rep
   form. **Blocking** calls (Megatron's TP in forward, EP all-to-alls) run on the compute stream:
   the compute waits for them. **Overlappable** ones run on the device's communication stream
   (:data:`~parplan.taskgraph.COMM_STREAM`): TP backward calls beside the weight-gradient half of
-  the backward (``WGRAD_SHARE``), CP ring steps beside the attention core, FSDP gathers one chunk
-  ahead (prefetch) and reduce-scatters after each chunk's backward.
+  the backward (``WGRAD_SHARE``), CP ring steps beside the attention core, ZeRO-3/FSDP's per-layer
+  gathers (the first layer's exposed, the rest beside the compute, one unit of prefetch at most)
+  and reduce-scatters (beside the backward, the last layer's after it).
 
 What this costs in truth: replayed calls do not contend with simulated traffic (a TP group's
 NVSwitch is its own; CP and FSDP traffic that leaves the node does share NICs with the pipeline
@@ -96,7 +97,6 @@ class _Costs:
     backward_blocking_s: float
     backward_overlapped: tuple[CommCall, ...]
     backward_overlapped_s: float
-    share: float  # the chunk's share of the stage's layers (its ZeRO-3/FSDP calls)
 
 
 def _costs(st: _Build, s: int, chunk: int) -> _Costs:
@@ -113,7 +113,6 @@ def _costs(st: _Build, s: int, chunk: int) -> _Costs:
             backward_blocking_s=timer.total([c for c in work.backward_comm if c.blocking], s),
             backward_overlapped=bwd,
             backward_overlapped_s=timer.total(bwd, s),
-            share=len(work.layers) / max(1, sum(len(c.layers) for c in st.layout.chunks[s])),
         )
     return found
 
@@ -269,31 +268,71 @@ def _add_unit(st: _Build, s: int, d: int, unit: Unit, waits: Sequence[Unit]) -> 
         _add_backward(st, s, d, unit, deps)
 
 
-def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> int | None:
-    """ZeRO-3/FSDP: the chunk's parameter gathers on the communication stream, one unit ahead of
-    their use: the gather for a unit starts once the unit two places before it has ended (its
-    parameters may be freed, FSDP's limit of one prefetch) and the previous gather is done."""
+def _layer_calls(calls: Sequence[CommCall], layers: Sequence[str]) -> list[CommCall]:
+    """The per-layer ZeRO-3/FSDP calls (labelled ``"fsdp gather <layer>"`` and the like) of
+    ``layers``, in the order given."""
+    mine = set(layers)
+    return [c for c in calls if mine.intersection(c.label.split())]
+
+
+def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> tuple[int, int] | None:
+    """ZeRO-3/FSDP: the chunk's per-layer parameter gathers on the communication stream, as
+    (first layer's gather, the rest). The first starts once the previous gather is done and the
+    unit two places back has ended (FSDP's limit of one prefetch: the parameters it used may be
+    freed); the unit's compute waits for it; the rest run beside the compute, which its end waits
+    for. So a unit exposes its first gather and what of the rest its compute does not hide."""
     layout = st.layout
     if not layout.per_microbatch_sync or not layout.param_gather[s]:
         return None
     if unit.direction == "B" and not layout.param_gather_backward:
         return None
-    seconds = st.timer.total(layout.param_gather[s], s) * _costs(st, s, unit.chunk).share
+    calls = _layer_calls(layout.param_gather[s], layout.chunks[s][unit.chunk].layers)
+    if unit.direction == "B":
+        calls.reverse()
+    if not calls:
+        return None
     prev = st.gathered.get((s, d))
     waits = list(deps) if prev is None else [prev]
     if prev is not None and (s, d) in st.earlier:
         waits.append(st.earlier[(s, d)])
-    label = f"gather s{s} {unit.direction}{unit.microbatch}.{unit.chunk}"
-    task = st.b.compute(
-        st.reps[s][d],
-        seconds,
-        waits,
-        category="fsdp",
-        label=label,
-        stream=COMM_STREAM,
+    tag = f"s{s} {unit.direction}{unit.microbatch}.{unit.chunk}"
+    dev = st.reps[s][d]
+    first = st.b.compute(
+        dev, st.timer.seconds(calls[0], s), waits, category="fsdp", label=f"gather {tag}", stream=COMM_STREAM
     )
-    st.gathered[(s, d)] = task
-    return task
+    rest = first
+    if len(calls) > 1:
+        seconds = st.timer.total(calls[1:], s)
+        rest = st.b.compute(
+            dev, seconds, [first], category="fsdp", label=f"gathers {tag}", stream=COMM_STREAM
+        )
+    st.gathered[(s, d)] = rest
+    return first, rest
+
+
+def _scatter(st: _Build, s: int, d: int, unit: Unit, start: int, done: int) -> None:
+    """ZeRO-3/FSDP: the chunk's per-layer gradient reduce-scatters (and hybrid all-reduces) on the
+    communication stream: all but the last layer's beside the backward (from ``start``), the last
+    after it (``done``)."""
+    layout = st.layout
+    calls = _layer_calls(layout.grad_sync[s], layout.chunks[s][unit.chunk].layers)
+    if not layout.per_microbatch_sync or not calls:
+        return
+    tag = f"s{s} mb{unit.microbatch}.{unit.chunk}"
+    dev, b = st.reps[s][d], st.b
+    *early, last = calls
+    waits = [done]
+    if early:
+        seconds = st.timer.total(early, s)
+        waits.append(
+            b.compute(
+                dev, seconds, [start], category="fsdp", label=f"reduce-scatters {tag}", stream=COMM_STREAM
+            )
+        )
+    seconds = st.timer.seconds(last, s)
+    st.scattered[(s, d, unit)] = b.compute(
+        dev, seconds, waits, category="fsdp", label=f"reduce-scatter {tag}", stream=COMM_STREAM
+    )
 
 
 def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> None:
@@ -314,7 +353,7 @@ def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> Non
         )
     gather = _gather(st, s, d, unit, deps)
     if gather is not None:
-        deps.append(gather)
+        deps.append(gather[0])
     core_s = costs.forward_core_s
     last = b.compute(dev, work.forward_s - core_s, deps, category="forward", label=f"fwd {tag}")
     ends = [last]
@@ -336,6 +375,8 @@ def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> Non
     if costs.forward_blocking_s:
         last = b.compute(dev, costs.forward_blocking_s, ends, category="tp", label=f"fwd tp {tag}")
         ends = [last]
+    if gather is not None and gather[1] != gather[0]:
+        ends.append(gather[1])
     if (s, d) in st.previous:
         st.earlier[(s, d)] = st.previous[(s, d)]
     st.previous[(s, d)] = last
@@ -386,7 +427,7 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
         )
     gather = _gather(st, s, d, unit, deps)
     if gather is not None:
-        deps.append(gather)
+        deps.append(gather[0])
     head_s = work.recompute_s + costs.backward_blocking_s + work.backward_s * (1 - WGRAD_SHARE)
     first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}")
     last = first
@@ -406,11 +447,8 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
                 st, s, dev, costs.backward_overlapped, costs.backward_overlapped_s, [first], f"bwd comm {tag}"
             )
         )
+    if gather is not None and gather[1] != gather[0]:
+        ends.append(gather[1])
     done = ends[0] if len(ends) == 1 else b.marker(ends, label=f"bwd done {tag}")
-    if layout.per_microbatch_sync and layout.grad_sync[s]:
-        scatter_s = st.timer.total(layout.grad_sync[s], s) * costs.share
-        label = f"reduce-scatter {tag}"
-        st.scattered[(s, d, unit)] = b.compute(
-            dev, scatter_s, [done], category="fsdp", label=label, stream=COMM_STREAM
-        )
+    _scatter(st, s, d, unit, first, done)
     st.backward[(s, d, unit)] = done

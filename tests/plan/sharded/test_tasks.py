@@ -173,6 +173,9 @@ def test_interleaving_lowers_the_bubble_as_pp_minus_1_over_v_m() -> None:
         {"tp": 2, "pp": 2, "dp": 2, "virtual_stages": 2, "schedule": "interleaved_1f1b", "zero": 1},
         {"tp": 2, "cp": 2, "pp": 2, "dp": 1},
         {"tp": 2, "pp": 1, "dp": 4, "fsdp": "full_shard"},
+        {"tp": 1, "pp": 1, "dp": 8, "zero": 3},
+        {"tp": 1, "pp": 2, "dp": 4, "fsdp": "hybrid_shard", "shard_group": 2},
+        {"tp": 2, "pp": 2, "dp": 2, "tp_comm_overlap": True, "recompute": "full"},
     ],
 )
 def test_event_within_bounds_of_the_closed_form(kw: dict[str, Any]) -> None:
@@ -180,7 +183,9 @@ def test_event_within_bounds_of_the_closed_form(kw: dict[str, Any]) -> None:
     layout = layout_plan(ctx, sharded(**kw))
     event = simulate(build_tasks(ctx, layout), ctx.network).makespan_s
     closed = evaluate_layout(ctx, layout).step_time_s
-    assert event == pytest.approx(closed, rel=0.15)
+    # the closed form hides overlappable calls behind the same compute the graph runs them beside;
+    # what differs is the pipeline's own timing (fill, drain, p2p hops, bucket slices): within 6%
+    assert event == pytest.approx(closed, rel=0.06)
 
 
 def test_calls_beyond_the_representatives_are_replayed() -> None:
