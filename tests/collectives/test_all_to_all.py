@@ -144,3 +144,30 @@ def test_busbw_is_alltoall_perfs() -> None:
 def test_short_forms() -> None:
     assert build_schedule("pairwise:3", 3, 9, collective="all_to_all").meta["channels"] == 3
     assert build_schedule("bruck", 5, 10, collective="all_to_all").meta["regions"] == 2 + 3
+
+
+@pytest.mark.parametrize("name", ["pairwise", "ring", "bruck"])
+def test_lowered_into_a_step_a_slow_rank_delays_what_it_sends_and_receives(name: str) -> None:
+    """As expert parallelism lowers it (``plan.collective.lower_schedule`` with per-rank ready
+    tasks): what rank 2 sends waits for its compute, and every rank is done only once its blocks
+    arrived, rank 2's among them."""
+    from parplan.engine.simulate import simulate
+    from parplan.plan.collective import lower_schedule
+    from parplan.taskgraph import TaskGraphBuilder
+    from tests.engine.nets import switch_network
+
+    p = 4
+    net = switch_network(p, 1e9, 1e-6)
+    schedule = build_schedule(name, p, 4000, collective="all_to_all")
+    b = TaskGraphBuilder()
+    slow = b.compute("h2", 1.0)
+    tasks = lower_schedule(
+        b, schedule, net.devices, element_bytes=1.0, rank_deps=[[], [], [slow], []], category="alltoall"
+    )
+    result = simulate(b.build(), net)
+    starts = result.start_s[tasks.first_task : tasks.first_task + tasks.num_steps]
+    assert starts[schedule.src == 2].min() >= 1.0
+    others = [done for r, done in enumerate(tasks.rank_done) if r != 2]
+    assert all(result.end_s[done] > 1.0 for done in others)  # they wait for rank 2's block
+    if name == "pairwise":  # the others' sends to each other do not wait for rank 2
+        assert starts[(schedule.src != 2)].min() == 0.0
