@@ -16,7 +16,8 @@ step reads the sender's send buffer, region 0, and writes a slot of the receiver
 
 Both move ``(p-1) n/p`` elements out of and into every rank, the least an all-to-all can; busbw
 as nccl-tests' alltoall_perf defines it is algbw times ``(p-1)/p``. Bruck's log-round algorithm is
-in :mod:`parplan.collectives.all_to_all_bruck`.
+in :mod:`parplan.collectives.all_to_all_bruck`, the node-aware one in
+:mod:`parplan.collectives.all_to_all_hierarchical`.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from pydantic import Field, TypeAdapter
 from parplan.collectives import (
     all_to_all,
     all_to_all_bruck,
+    all_to_all_hierarchical,
     auto,
     auto_collectives,
     centralized,
@@ -248,4 +249,5 @@ register(auto_collectives.BROADCAST)
 register(all_to_all.PAIRWISE)
 register(all_to_all.RING)
 register(all_to_all_bruck.BRUCK)
+register(all_to_all_hierarchical.HIERARCHICAL)
 register(auto_collectives.ALL_TO_ALL)

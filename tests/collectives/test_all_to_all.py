@@ -16,6 +16,7 @@ from parplan.api.collective import bus_factor
 from parplan.collectives.algorithm import UniformCost
 from parplan.collectives.all_to_all import P2P_CHANNELS_PER_PEER, PAIRWISE, RING, PairwiseSpec
 from parplan.collectives.all_to_all_bruck import BRUCK, round_items
+from parplan.collectives.all_to_all_hierarchical import HIERARCHICAL, HierarchicalSpec
 from parplan.collectives.auto import AutoAlgorithm
 from parplan.collectives.auto_collectives import ALL_TO_ALL, choose_all_to_all
 from parplan.collectives.nccl_search import NcclSystem
@@ -23,13 +24,13 @@ from parplan.collectives.registry import build_schedule, schedules
 from parplan.config.cluster import TransportCosts
 from parplan.errors import CollectiveError
 from parplan.plan.collective import call_overhead_s, resolve_run
-from tests.collectives.cases import dep_lists, inputs, run_and_check, with_deps
+from tests.collectives.cases import dep_lists, inputs, random_groups, run_and_check, with_deps
 
-ALGORITHMS = {"pairwise": PAIRWISE, "ring": RING, "bruck": BRUCK}
+ALGORITHMS = {"pairwise": PAIRWISE, "ring": RING, "bruck": BRUCK, "hierarchical": HIERARCHICAL}
 
 
 def test_the_registry_lists_the_schedules() -> None:
-    assert schedules("all_to_all") == ["pairwise", "ring", "bruck"]
+    assert schedules("all_to_all") == ["pairwise", "ring", "bruck", "hierarchical"]
 
 
 @settings(max_examples=40, deadline=None)
@@ -39,18 +40,22 @@ def test_the_registry_lists_the_schedules() -> None:
     per_rank=st.integers(0, 3),
     extra=st.integers(0, 11),
     seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
 )
-def test_every_schedule_delivers_every_block(name: str, p: int, per_rank: int, extra: int, seed: int) -> None:
+def test_every_schedule_delivers_every_block(
+    name: str, p: int, per_rank: int, extra: int, seed: int, data: st.DataObject
+) -> None:
     n = p * per_rank + extra % p
     algorithm = ALGORITHMS[name]
-    schedule = algorithm.build(algorithm.default_spec(), p, n)
+    groups = data.draw(random_groups(p)) if name == "hierarchical" else None
+    schedule = algorithm.build(algorithm.default_spec(), p, n, groups)
     arrays = inputs(seed, p, n, np.int32)
     result = run_and_check(schedule, arrays)
     for j in range(p):  # slot r of rank j is rank r's block j
         for r in range(p):
             got = result.arrays[j][r * per_rank : (r + 1) * per_rank]
             np.testing.assert_array_equal(got, arrays[r][j * per_rank : (j + 1) * per_rank])
-    sent, _ = algorithm.traffic(algorithm.default_spec(), p, n)
+    sent, _ = algorithm.traffic(algorithm.default_spec(), p, n, groups)
     np.testing.assert_array_equal(result.bytes_sent, sent * 4)
 
 
@@ -171,3 +176,22 @@ def test_lowered_into_a_step_a_slow_rank_delays_what_it_sends_and_receives(name:
     assert all(result.end_s[done] > 1.0 for done in others)  # they wait for rank 2's block
     if name == "pairwise":  # the others' sends to each other do not wait for rank 2
         assert starts[(schedule.src != 2)].min() == 0.0
+
+
+def test_hierarchical_crosses_nodes_once_per_pair_of_leaders() -> None:
+    """4 nodes of 4: gather to each node's first rank, one message (here one run of own blocks
+    and one of gathered ones, each split where a slot is final) per pair of leaders, scatter."""
+    p, g = 16, 4
+    schedule = HIERARCHICAL.build(HierarchicalSpec(name="hierarchical", group_size=g), p, p * 3)
+    node = np.arange(p) // g
+    across = node[schedule.src] != node[schedule.dst]
+    assert set(schedule.src[across].tolist()) == {0, 4, 8, 12}  # only leaders cross
+    assert int(schedule.length[across].sum()) == (p // g) * (p // g - 1) * g * g * 3
+    cost = UniformCost(1e-6, 1e-9)
+    m, k_bytes = p // g, 1e6 / p
+    want = sum(
+        cost.alpha_s + blocks * k_bytes * cost.beta_s_per_byte
+        for blocks in ((g - 1) * (p - g + 1), (m - 1) * g * g, (g - 1) * (p - g))
+    )
+    spec = HierarchicalSpec(name="hierarchical", group_size=g)
+    assert HIERARCHICAL.time_s(spec, p, 1e6, cost) == pytest.approx(want, rel=1e-12)
