@@ -37,7 +37,8 @@ def test_infeasible_plan_is_marked(pipeline_results: list[PlanResult]) -> None:
     assert "✗" in gpipe_row
     assert "bound by      memory on n0.d3" in text
     assert "122% ✗" in text  # the device over capacity, in the memory table
-    assert "(×3 groups)" in text  # the 2-D plan's identical per-stage all-reduces on one line
+    assert "(×2 groups)" in text  # the 2-D plan's identical per-stage all-reduces on one line
+    assert "196 MiB in 1 call" in text and "(×4 groups)" in text  # and each replica's tied embedding
     assert "bubble        stages idle 36% of the pipeline span (fill and drain" in text
 
 
