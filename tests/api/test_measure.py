@@ -121,7 +121,7 @@ def test_algorithms_expand_to_labels() -> None:
     assert predicted_algorithm(BACKEND, "all_reduce", "nccl") == "auto"
     assert predicted_algorithm("tree:2", "all_reduce", "gloo") == "tree:2"
     assert expand_measure_algorithms("all", "all_to_all") == ("backend", "pairwise", "ring", "bruck", "hierarchical")
-    assert predicted_algorithm(BACKEND, "all_to_all", "gloo") == "ring"  # gloo's alltoall: a linear shift
+    assert predicted_algorithm(BACKEND, "all_to_all", "gloo") == "ring"  # gloo's: a linear shift
 
 
 def test_sharded_collectives_round_to_whole_shards() -> None:
