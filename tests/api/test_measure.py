@@ -120,7 +120,8 @@ def test_algorithms_expand_to_labels() -> None:
     assert predicted_algorithm(BACKEND, "all_reduce", "gloo") == "ring"
     assert predicted_algorithm(BACKEND, "all_reduce", "nccl") == "auto"
     assert predicted_algorithm("tree:2", "all_reduce", "gloo") == "tree:2"
-    assert expand_measure_algorithms("all", "all_to_all") == ("backend", "pairwise", "ring", "bruck", "hierarchical")
+    every_exchange = ("backend", "pairwise", "ring", "bruck", "hierarchical")
+    assert expand_measure_algorithms("all", "all_to_all") == every_exchange
     assert predicted_algorithm(BACKEND, "all_to_all", "gloo") == "ring"  # gloo's: a linear shift
 
 
