@@ -37,6 +37,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from parplan.api.collective import collective_sweep, sweep_sizes
+from parplan.api.training_accuracy import TrainingResult, TrainingRowSpec, TrainingStats, predict_rows
 from parplan.config.algorithms import algorithm_label, parse_algorithm
 from parplan.config.issues import Source, translate
 from parplan.config.loader import load_cluster
@@ -139,6 +140,11 @@ class ManifestSpec(Spec):
     thresholds: Thresholds = Thresholds()
     targets: Targets = Targets()
     tables: tuple[TableSpec, ...] = Field(min_length=1)
+    training: tuple[TrainingRowSpec, ...] = Field(
+        default=(), description="published training runs, predicted as step times"
+    )
+    training_thresholds: Limits = Limits()
+    training_targets: Limits = Limits()
 
     @field_validator("tables")
     @classmethod
@@ -149,6 +155,15 @@ class ManifestSpec(Spec):
                 raise ValueError(f"table name {t.name!r} is used twice")
             seen.add(t.name)
         return tables
+
+    @model_validator(mode="after")
+    def _unique_rows(self) -> ManifestSpec:
+        seen = {t.name for t in self.tables}
+        for row in self.training:
+            if row.name in seen:
+                raise ValueError(f"training row name {row.name!r} is used twice (or names a table)")
+            seen.add(row.name)
+        return self
 
 
 @dataclass(frozen=True)
@@ -226,7 +241,7 @@ def load_cases(manifest: Manifest, names: Sequence[str] | None = None) -> list[V
     """Load every table of the manifest (or those named), with every problem found in one error."""
     specs = list(manifest.spec.tables)
     if names:
-        known = [t.name for t in specs]
+        known = [t.name for t in specs] + [r.name for r in manifest.spec.training]
         unknown = [n for n in names if n not in known]
         if unknown:
             raise UsageError(f"--table: unknown table {unknown[0]!r}; valid: {', '.join(known)}", "--table")
@@ -436,9 +451,10 @@ class TableResult:
 
 @dataclass(frozen=True)
 class ThresholdCheck:
-    """One figure against its threshold (and issue 13's target, printed beside it)."""
+    """One figure against its threshold (and the issue's target, printed beside it); ``band``
+    ``training`` is the training rows' step-time error."""
 
-    band: Band
+    band: Band | Literal["training"]
     statistic: Literal["median", "max"]
     value_pct: float | None
     threshold_pct: float | None
@@ -463,6 +479,8 @@ class ValidationReport:
     pruned: bool
     simulations_run: int
     simulations_possible: int
+    training: tuple[TrainingResult, ...] = ()
+    training_stats: TrainingStats = field(default_factory=lambda: TrainingStats(0, None, None))
     failures: tuple[ThresholdCheck, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -528,7 +546,7 @@ def run_validation(
     for t in results:
         systems.setdefault(t.spec.system, []).extend(t.rows)
     overall = BandStats.of(every, large_from)
-    checks = tuple(
+    checks: tuple[ThresholdCheck, ...] = tuple(
         ThresholdCheck(
             band,
             statistic,
@@ -538,6 +556,20 @@ def run_validation(
         )
         for band in BANDS
         for statistic in ("median", "max")
+    )
+    rows = [r for r in manifest.spec.training if not tables or r.name in tables]
+    training = predict_rows(rows, manifest.resolve, progress)
+    training_stats = TrainingStats.of(training)
+    checks += tuple(
+        ThresholdCheck(
+            "training",
+            statistic,
+            getattr(training_stats, f"{statistic}_pct"),
+            getattr(manifest.spec.training_thresholds, f"{statistic}_pct"),
+            getattr(manifest.spec.training_targets, f"{statistic}_pct"),
+        )
+        for statistic in ("median", "max")
+        if training
     )
     return ValidationReport(
         manifest=str(manifest_path),
@@ -549,4 +581,6 @@ def run_validation(
         pruned=prune,
         simulations_run=run,
         simulations_possible=possible,
+        training=training,
+        training_stats=training_stats,
     )

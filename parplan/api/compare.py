@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from parplan.api.evaluate import select_plans
 from parplan.api.knobs import OptionValueError, Sweep, applies, parse_sweep
-from parplan.api.parallel import evaluate_variants
+from parplan.api.parallel import Backend, SweepInterrupted, evaluate_variants
 from parplan.api.ranking import Ranked, rank, resolve_baseline
 from parplan.api.variants import Variant, dedupe_variants, expand_variants, merge_sweeps, scaling_key
 from parplan.api.variants import sweeps_from_scenario as scenario_sweeps
@@ -48,6 +48,9 @@ class Comparison:
     failed: list[tuple[str, str]]
     baseline: str | None
     baseline_rule: str | None = None
+    interrupted: str | None = None
+    """Why the sweep stopped early (the backend was lost), or None when every variant was evaluated;
+    the variants not evaluated are then in ``failed`` as ``not evaluated: ...``."""
 
     def scaling_points(self) -> list[tuple[str, int | None, float, bool]]:
         """Each ranked variant on a step-time-against-replicas plot: ``(series, replicas,
@@ -70,13 +73,18 @@ def compare_scenario(
     jobs: int = 1,
     progress: Callable[[int, int], None] | None = None,
     warn: Callable[[str], None] | None = None,
+    backend: Backend = "local",
+    address: str | None = None,
 ) -> Comparison:
     """Rank every plan (or those named in ``plans``) and sweep variant of a scenario.
 
     ``sweeps`` are ``knob=v1,v2`` texts, checked before the scenario is read; ``jobs`` worker
     processes evaluate the variants (0: one per CPU) and ``progress(done, total)`` hears as each
     finishes; sweeps that change no plan and a baseline that could not be evaluated are reported to
-    ``warn``. Raises :class:`~parplan.errors.ParplanError` for a bad file, sweep, plan or baseline.
+    ``warn``. ``backend``/``address`` choose where variants are evaluated
+    (:func:`~parplan.api.parallel.evaluate_variants`); a backend lost mid-sweep still gives a
+    Comparison of what was gathered, with ``interrupted`` saying why. Raises
+    :class:`~parplan.errors.ParplanError` for a bad file, sweep, plan or baseline.
     """
     from parplan.api.kinds import load_expected
 
@@ -95,11 +103,20 @@ def compare_scenario(
         with _from_file(scenario_file, "baseline"):
             base_request = resolve_baseline(spec.baseline, variants, duplicates)
     workers = jobs if jobs > 0 else (os.cpu_count() or 1)
-    results = evaluate_variants(spec, variants, jobs=workers, progress=progress)
+    interrupted: str | None = None
+    try:
+        results = evaluate_variants(
+            spec, variants, jobs=workers, progress=progress, backend=backend, address=address
+        )
+    except SweepInterrupted as exc:
+        interrupted = str(exc)
+        results = [f"not evaluated: {exc}" if r is None else r for r in exc.results]
     ranked, failed, base_name, rule = rank(
         variants, results, base_request, warn, from_scenario=baseline is None and base_request is not None
     )
-    return Comparison(spec, str(scenario_file), merged, variants, duplicates, ranked, failed, base_name, rule)
+    return Comparison(
+        spec, str(scenario_file), merged, variants, duplicates, ranked, failed, base_name, rule, interrupted
+    )
 
 
 @contextmanager

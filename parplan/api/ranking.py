@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from parplan.api.knobs import OptionValueError
+from parplan.api.pareto import non_dominated
 from parplan.api.variants import Variant, as_configured
 from parplan.errors import PlanError
 
@@ -37,13 +38,7 @@ class Ranked:
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
     """Which points no other point beats in both coordinates (lower is better, ties kept)."""
-    flags = []
-    for i, (t, m) in enumerate(points):
-        dominated = any(
-            (t2 <= t and m2 <= m) and (t2 < t or m2 < m) for j, (t2, m2) in enumerate(points) if j != i
-        )
-        flags.append(not dominated)
-    return flags
+    return non_dominated(points)
 
 
 def rank_results(

@@ -10,7 +10,13 @@ last and marked with the reason; the plans on the time/memory Pareto front are m
 ``--jobs N`` spreads the variants over N processes (the ranking is the same as with one); a
 progress bar shows on stderr when a terminal is attached and the work takes more than a moment.
 ``--top N`` limits the table; ``--json`` and ``--csv`` always hold every variant.
-``--plot FILE`` draws step time against replicas, one line per all-reduce algorithm.
+``--plot FILE`` draws step time against replicas, one line per all-reduce algorithm;
+``--html FILE`` writes one self-contained page (ranking, time against memory with the Pareto
+front, the best plans' timelines, busiest links and memory; the ``html`` extra).
+``--backend ray`` evaluates the variants as Ray tasks (the ``ray`` extra): on a local Ray
+instance, or on the running cluster at ``--address``; the ranking is the same as here. A cluster
+that cannot be reached is an error before any work; one lost mid-sweep stops the sweep: what was
+evaluated is shown and written (the rest listed as not evaluated) and the exit code is 1.
 
 Exit codes: 0 when at least one plan was evaluated (variants that cannot be built, e.g. more
 replicas than devices, are listed with the reason); 1 for an invalid file or when no plan could
@@ -23,18 +29,32 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import typer
 
 from parplan.api.knobs import KNOBS
+from parplan.api.parallel import BACKENDS
 from parplan.cli.common import STATE, console, show
-from parplan.cli.outputs import check_outputs, emit_document, stdout_taken, warn, write_file, wrote
+from parplan.cli.outputs import (
+    check_outputs,
+    emit_document,
+    emit_html,
+    stdout_taken,
+    warn,
+    write_file,
+    wrote,
+)
 
 if TYPE_CHECKING:
+    BackendChoice = str
     from rich.progress import Progress
 
     from parplan.api.compare import Comparison
+    from parplan.api.parallel import Backend
+
+if not TYPE_CHECKING:
+    BackendChoice = Literal[BACKENDS]  # the backends' names, offered as the option's choices
 
 PROGRESS_DELAY_S = 0.5
 """The progress bar appears only once the comparison has run this long."""
@@ -87,14 +107,43 @@ def compare_strategies(
             help="Draw step time against replicas per algorithm (needs the plot extra).",
         ),
     ] = None,
+    html_path: Annotated[
+        str | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Write one self-contained HTML page: the ranking, time against memory with the Pareto"
+            " front, and the best plans' timelines, links and memory (needs the html extra).",
+        ),
+    ] = None,
+    backend: Annotated[
+        BackendChoice,
+        typer.Option(
+            "--backend",
+            help="Where variants are evaluated: here (--jobs processes) or on Ray (needs the ray extra).",
+        ),
+    ] = "local",
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            metavar="ADDR",
+            help="With --backend ray: a running Ray cluster (host:port or ray://...); default: a local"
+            " Ray instance.",
+        ),
+    ] = None,
 ) -> None:
     """Rank every plan and sweep variant of a scenario by time per sample.
 
     Shows the speed-up against the baseline, marks plans that do not fit in memory with the
     reason and the plans on the time/memory Pareto front.
     """
-    outputs = {"--json": json_path, "--csv": csv_path, "--plot": plot_path}
-    check_outputs(outputs, files_only=("--plot",), pictures=("--plot",), inputs=[scenario])
+    outputs = {"--json": json_path, "--csv": csv_path, "--plot": plot_path, "--html": html_path}
+    check_outputs(
+        outputs, files_only=("--plot", "--html"), pictures=("--plot",), pages=("--html",), inputs=[scenario]
+    )
+    if address is not None and backend != "ray":
+        raise typer.BadParameter("--address joins a Ray cluster; add --backend ray", param_hint="--address")
 
     from parplan.api.compare import compare_scenario
     from parplan.errors import ParplanError
@@ -108,8 +157,10 @@ def compare_strategies(
             jobs=jobs,
             progress=tick,
             warn=warn,
+            backend=cast("Backend", backend),
+            address=address,
         )
-    if not comparison.ranked:
+    if not comparison.ranked and comparison.interrupted is None:
         for name, error in comparison.failed:
             console(stderr=True).print(f"error: {name}: {error}", style="red", markup=False)
         raise ParplanError("no plan could be evaluated")
@@ -133,6 +184,8 @@ def compare_strategies(
         for name, error in comparison.failed:
             warn(f"{name} cannot be planned: {error}")
     write_outputs(comparison, outputs)
+    if comparison.interrupted is not None:  # what was gathered is shown and written; then fail
+        raise ParplanError(f"{comparison.interrupted}; the results above cover the variants evaluated")
 
 
 class _progress:
@@ -179,10 +232,11 @@ class _progress:
 
 
 def write_outputs(comparison: Comparison, outputs: dict[str, str | None]) -> None:
-    """JSON, CSV and the scaling plot, as asked."""
+    """JSON, CSV, the HTML page and the scaling plot, as asked."""
     json_path, csv_path, plot_path = outputs["--json"], outputs["--csv"], outputs["--plot"]
+    html_path = outputs.get("--html")
     spec = comparison.scenario
-    if json_path or csv_path:
+    if json_path or csv_path or html_path:
         from parplan.report.json_report import compare_document, scenario_info
 
         document = compare_document(
@@ -196,6 +250,8 @@ def write_outputs(comparison: Comparison, outputs: dict[str, str | None]) -> Non
             baseline_rule=comparison.baseline_rule,
         )
         emit_document(document, json_path, csv_path)
+        if html_path:
+            emit_html(html_path, document, {r.variant_name: r.result for r in comparison.ranked})
     if plot_path:
         from parplan.report.plot import ScalingPoint, finite_points, plot_scaling
 

@@ -4,9 +4,11 @@
   ``-`` (stdout) may be used by one machine-readable output only; every file must be writable
   (its directory exists and takes files, it is not a directory, not one of the command's input
   files, not an option-looking ``-x``); pictures need a format parplan draws (PNG, SVG, PDF) and
-  matplotlib. A bad output is a usage error (exit code 2), a missing matplotlib exit code 1.
+  matplotlib, an HTML page (``--html``) plotly. A bad output is a usage error (exit code 2), a
+  missing matplotlib or plotly exit code 1.
 - :func:`emit`: write text to stdout (``-``) or atomically to a file, and say so on stderr unless
   ``--quiet``; a file that cannot be written is a :class:`~parplan.errors.ConfigError` naming it.
+- :func:`emit_html`: the ``--html`` page of a report document, written atomically.
 - :func:`write_into`: ``schema --output DIR`` writes one file per kind into a directory.
 - :func:`per_plan_paths`: ``--trace FILE`` / ``--plot FILE`` with several plans write one file per
   plan, the plan name inserted before the suffix: ``out.json`` -> ``out.dp-ring.json``; with one
@@ -17,13 +19,17 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from parplan.cli.common import STATE, console
 from parplan.errors import ConfigError, Issue
+
+if TYPE_CHECKING:
+    from parplan.api.results import PlanResult
 
 STDOUT = "-"
 """The path that means standard output."""
@@ -34,11 +40,12 @@ def check_outputs(
     *,
     files_only: Sequence[str] = (),
     pictures: Sequence[str] = (),
+    pages: Sequence[str] = (),
     inputs: Sequence[str | Path] = (),
 ) -> None:
     """Usage checks on output options (``{"--json": value, ...}``) before any work (see the module
     docstring): ``files_only`` options need a file name, ``pictures`` a picture format and
-    matplotlib; no output may overwrite one of ``inputs``."""
+    matplotlib, ``pages`` (HTML reports) plotly; no output may overwrite one of ``inputs``."""
     to_stdout = [name for name, value in options.items() if value == STDOUT]
     if len(to_stdout) > 1:
         raise typer.BadParameter(f"only one output can go to stdout ('-'), not {' and '.join(to_stdout)}")
@@ -64,6 +71,10 @@ def check_outputs(
         from parplan.report.plot import require_matplotlib
 
         require_matplotlib()
+    if any(options.get(name) is not None for name in pages):
+        from parplan.report.html import require_plotly
+
+        require_plotly()
 
 
 def output_problem(path: str | Path, inputs: Sequence[str | Path] = ()) -> str | None:
@@ -171,6 +182,14 @@ def emit_document(document: dict[str, object], json_path: str | None, csv_path: 
         from parplan.report.csv_report import document_csv
 
         emit(csv_path, document_csv(document), "CSV")
+
+
+def emit_html(path: str, document: dict[str, object], results: Mapping[str, PlanResult]) -> None:
+    """Write the self-contained HTML page of a report document (:mod:`parplan.report.html`)
+    atomically to ``path``; ``results`` (by plan name) give the timelines they kept."""
+    from parplan.report.html import html_page
+
+    emit(path, html_page(document, results), "HTML report")
 
 
 def _write(target: str, data: str | bytes) -> None:

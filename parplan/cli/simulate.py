@@ -12,10 +12,12 @@ Knobs can be overridden without editing files (``--algorithm``, ``--replicas``,
 with ``--set knob=value``); each applies to the plans whose strategy has it.
 
 Outputs: ``--json FILE|-`` (schema :mod:`parplan.report.json_report`), ``--csv FILE|-``,
-``--trace FILE`` (Chrome trace, open in Perfetto) and ``--plot FILE`` (timeline picture, needs
-the ``plot`` extra). With several plans, ``--trace`` and ``--plot`` write one file per plan:
-``trace.json`` becomes ``trace.<plan>.json``. When ``-`` sends JSON or CSV to stdout the tables
-are not printed; with ``--quiet`` they are not printed when any output file is asked for.
+``--trace FILE`` (Chrome trace, open in Perfetto), ``--plot FILE`` (timeline picture, needs
+the ``plot`` extra) and ``--html FILE`` (one self-contained page with every plan's timeline per
+device, busiest links and memory; needs the ``html`` extra, :mod:`parplan.report.html`). With
+several plans, ``--trace`` and ``--plot`` write one file per plan: ``trace.json`` becomes
+``trace.<plan>.json``. When ``-`` sends JSON or CSV to stdout the tables are not printed; with
+``--quiet`` they are not printed when any output file is asked for.
 
 Exit codes: 0 when every plan was simulated (plans that do not fit in memory are marked, not
 errors); 1 for an invalid file, a plan that cannot be built (e.g. more replicas than devices) and
@@ -37,6 +39,7 @@ from parplan.cli.common import EXIT_INVALID, STATE, console, show
 from parplan.cli.outputs import (
     check_outputs,
     emit_document,
+    emit_html,
     per_plan_paths,
     stdout_taken,
     warn,
@@ -136,6 +139,15 @@ def simulate(
             "--plot", metavar="FILE", help="Draw the step's timeline (PNG, SVG or PDF; needs the plot extra)."
         ),
     ] = None,
+    html_path: Annotated[
+        str | None,
+        typer.Option(
+            "--html",
+            metavar="FILE",
+            help="Write one self-contained HTML page: the plans, timelines per device, busiest links and"
+            " memory (needs the html extra).",
+        ),
+    ] = None,
 ) -> None:
     """Simulate the plans of a scenario and show what bounds each step.
 
@@ -144,8 +156,20 @@ def simulate(
     and what bounds the step. Plans that do not fit in memory are marked; one named with --plan
     that does not fit makes the exit code 1.
     """
-    outputs = {"--json": json_path, "--csv": csv_path, "--trace": trace_path, "--plot": plot_path}
-    check_outputs(outputs, files_only=("--trace", "--plot"), pictures=("--plot",), inputs=[scenario])
+    outputs = {
+        "--json": json_path,
+        "--csv": csv_path,
+        "--trace": trace_path,
+        "--plot": plot_path,
+        "--html": html_path,
+    }
+    check_outputs(
+        outputs,
+        files_only=("--trace", "--plot", "--html"),
+        pictures=("--plot",),
+        pages=("--html",),
+        inputs=[scenario],
+    )
 
     from parplan.api.knobs import KnobOptions
     from parplan.api.simulate import simulate_scenario
@@ -173,9 +197,9 @@ def simulate(
 
 
 def write_outputs(run: Simulation, outputs: dict[str, str | None]) -> None:
-    """JSON, CSV, traces and timelines, as asked."""
-    json_path, csv_path = outputs["--json"], outputs["--csv"]
-    if json_path or csv_path:
+    """JSON, CSV, the HTML page, traces and timelines, as asked."""
+    json_path, csv_path, html_path = outputs["--json"], outputs["--csv"], outputs.get("--html")
+    if json_path or csv_path or html_path:
         from parplan.report.json_report import scenario_info, simulate_document
 
         spec = run.scenario
@@ -186,6 +210,8 @@ def write_outputs(run: Simulation, outputs: dict[str, str | None]) -> None:
             failed=run.failed,
         )
         emit_document(document, json_path, csv_path)
+        if html_path:
+            emit_html(html_path, document, {r.name: r for r in run.results})
     names = [r.name for r in run.results]
     trace_path = outputs["--trace"]
     if trace_path and run.results:

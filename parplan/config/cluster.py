@@ -28,7 +28,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from parplan.config.units import Bytes, PositiveBandwidth, PositiveBytes, PositiveFlopRate, Seconds
+from parplan.config.devices import Dtype, device_type
+from parplan.config.units import (
+    Bytes,
+    Flops,
+    PositiveBandwidth,
+    PositiveBytes,
+    PositiveFlopRate,
+    Seconds,
+)
 from parplan.spec import Spec
 
 MAX_DEVICES = 65_536
@@ -75,8 +83,27 @@ def _ring_links(n: int) -> int:
 GpuArch = Literal["volta", "turing", "ampere", "hopper", "blackwell"]
 
 
+class MatmulEfficiencySpec(Spec):
+    """How close GEMMs of a given size come to the dtype's peak: ``max x F / (F + half_at)`` for a
+    GEMM of ``F = 2 m n k`` FLOPs (large GEMMs reach ``max``; one of ``half_at`` FLOPs half of it)."""
+
+    max: float = Field(default=0.8, gt=0, le=1, description="share of peak large GEMMs reach")
+    half_at_flops: Flops = Field(
+        default=2e9, gt=0, alias="half_at", description="GEMM size (2mnk FLOPs) reaching half of max"
+    )
+
+
 class DeviceTemplate(Spec):
-    """What one accelerator (or host) can do; generators stamp it onto every device they make."""
+    """What one accelerator (or host) can do; generators stamp it onto every device they make.
+
+    ``type: H100-SXM`` names an entry of :mod:`parplan.config.devices`; it fills ``peak_flops``,
+    ``memory``, ``memory_bandwidth``, ``arch`` and the per-dtype peaks where the file leaves them out
+    (``efficiency``, the whole-model path's share of peak, keeps its default).
+    """
+
+    device_type: str | None = Field(
+        default=None, alias="type", description="a catalog device (H100-SXM, A100-80GB, MI300X, ...)"
+    )
 
     peak_flop_per_s: PositiveFlopRate = Field(
         alias="peak_flops", description="peak compute, e.g. '312 TFLOP/s'"
@@ -96,6 +123,51 @@ class DeviceTemplate(Spec):
     arch: GpuArch | None = Field(
         default=None, description="GPU architecture, for NCCL's tuner (what `auto` picks); None: not a GPU"
     )
+    peak_flop_per_s_by_dtype: dict[Dtype, PositiveFlopRate] | None = Field(
+        default=None,
+        alias="peak_flops_by_dtype",
+        description="dense peak per matmul dtype for the per-kernel roofline, e.g. {bf16: '989 TFLOP/s'}",
+    )
+    matmul_efficiency: MatmulEfficiencySpec | None = Field(
+        default=None, description="GEMM efficiency curve of the roofline (default: the catalog's, or 0.8)"
+    )
+    sm_count: int | None = Field(
+        default=None, ge=1, le=100_000, description="streaming multiprocessors (wave quantisation)"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_catalog(cls, data: Any) -> Any:
+        """Fill what a ``type:`` names and the file leaves out from the device catalog."""
+        if not isinstance(data, dict) or data.get("type", data.get("device_type")) is None:
+            return data
+        name = data.get("type", data.get("device_type"))
+        if not isinstance(name, str):
+            return data
+        try:
+            entry = device_type(name)
+        except KeyError as exc:
+            raise ValueError(str(exc.args[0])) from None
+        out = dict(data)
+
+        def fill(alias: str, field: str, value: Any) -> None:
+            if alias not in out and field not in out:
+                out[alias] = value
+
+        fill("peak_flops", "peak_flop_per_s", entry.peak_flop_per_s)
+        fill("memory", "memory_bytes", entry.memory_bytes)
+        fill("memory_bandwidth", "memory_bandwidth_Bps", entry.memory_bandwidth_Bps)
+        fill("sm_count", "sm_count", entry.sm_count)
+        if entry.arch is not None:
+            fill("arch", "arch", entry.arch)
+        given = out.get("peak_flops_by_dtype", out.get("peak_flop_per_s_by_dtype"))
+        peaks: dict[str, Any] = dict(entry.peak_flop_per_s_by_dtype)
+        if isinstance(given, dict):
+            peaks.update(given)
+        out.pop("peak_flop_per_s_by_dtype", None)
+        out["peak_flops_by_dtype"] = peaks if given is None or isinstance(given, dict) else given
+        fill("matmul_efficiency", "matmul_efficiency", {"max": entry.matmul_max_efficiency})
+        return out
 
 
 class DeviceSpec(DeviceTemplate):

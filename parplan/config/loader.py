@@ -10,7 +10,10 @@ References are paths, relative to the file that names them:
 - scenario ``cluster: clusters/dgx.yaml`` and ``model: models/gpt.yaml``;
 - a plan's ``strategy: strategies/dp.yaml`` (or a bare kind: ``strategy: local``);
 - a model-parallel strategy's ``partitions: partitions/gpt-4stage.yaml``;
-- a data-parallel strategy's ``replica: strategies/pipeline.yaml`` (a 2-D plan).
+- a data-parallel strategy's ``replica: strategies/pipeline.yaml`` (a 2-D plan);
+- a model's ``hf_config: hf/llama-3-8b/config.json`` (:mod:`parplan.config.hf`; kept as written,
+  the converted generator beside it). A config.json given where a model is expected is converted
+  the same way.
 
 The referenced file's content replaces the path and the path is kept in the matching ``*_file``
 field (``cluster_file``, ``model_file``, ``strategy_file``, ``partitions_file``, ``replica_file``),
@@ -24,6 +27,8 @@ Kind detection (:func:`detect_kind`), on the top-level keys:
 4. ``generator`` whose ``kind`` is a cluster generator (switch, ring, torus2d, fat_tree,
    hierarchical) -> cluster; a model generator (transformer, mlp) -> model;
 5. ``devices``, ``switches`` or ``links`` -> cluster; ``nodes`` or ``edges`` -> model;
+   a Hugging Face config (``model_type`` or ``architectures``), ``hf_config`` or ``torch_module``
+   -> model (checked right after ``plans``);
 6. ``cluster``, ``model`` or ``training`` -> scenario; any other strategy key (``num_replicas``,
    ``device``, ...) -> strategy.
 
@@ -42,8 +47,9 @@ from typing import Any, TypeVar
 from pydantic import TypeAdapter, ValidationError
 
 from parplan.config.cluster import ClusterGenerator, ClusterSpec
+from parplan.config.hf import HFConfigError, hf_model_data, is_hf_config
 from parplan.config.issues import Graft, Source, file_keys, translate, union_tags
-from parplan.config.model import ModelGenerator, ModelSpec
+from parplan.config.model import ModelGenerator, ModelSpec, TransformerGenerator
 from parplan.config.readers import FORMATS, Loc, read_file
 from parplan.config.saving import dump_spec, save_spec
 from parplan.config.scenario import ScenarioSpec
@@ -140,6 +146,8 @@ def _generator_kinds(tp: Any) -> set[str]:
 
 _CLUSTER_GENERATORS = _generator_kinds(ClusterGenerator)
 _MODEL_GENERATORS = _generator_kinds(ModelGenerator)
+_GENERATOR_KEYS = set(file_keys(TransformerGenerator)) - {"kind"}
+_GENERATOR_ALIASES = {"sequence_length": "seq_len", "vocabulary": "vocab"}
 _STRATEGY_KEYS = {k for cls in _STRATEGY_CLASSES for k in file_keys(cls)} - _COMMON_KEYS - {"kind"}
 
 
@@ -159,6 +167,8 @@ def detect_kind(data: Any, path: str = "") -> str:
         generator_kind = None
     if "plans" in keys:
         return "scenario"
+    if is_hf_config(data) or keys & {"hf_config", "torch_module"}:
+        return "model"
     if "kind" in keys:
         return "strategy"
     if "partitions" in keys and keys <= {"partitions"} | _COMMON_KEYS:
@@ -220,6 +230,61 @@ class _Resolver:
             self._scenario(data, loc, shown)
         elif kind == "strategy":
             self._strategy(data, loc, shown)
+        elif kind == "model":
+            self._model(data, loc, shown)
+
+    def _model(self, data: dict[str, Any], loc: Loc, shown: str) -> None:
+        """A Hugging Face config.json becomes a model's data; ``hf_config: path`` is read, converted
+        and overridden by the generator keys beside it (at the top level or under ``generator``)."""
+        if is_hf_config(data) and not data.keys() & {"generator", "nodes", "hf_config"}:
+            try:
+                converted = hf_model_data(data, shown)
+            except HFConfigError as exc:
+                self._fail_at(loc, exc.field if exc.field in data else "", exc.message)
+                return
+            data.clear()
+            data.update(converted)
+            return
+        ref = data.get("hf_config")
+        given = data.get("generator")
+        if not isinstance(ref, str) or (isinstance(given, dict) and "kind" in given):
+            return  # no reference, or already converted (a saved file keeps the path as a record)
+        target = _joined(shown, ref)
+        if not Path(target).is_file():
+            self._fail_at(loc, "hf_config", f"file not found: {target}")
+            return
+        try:
+            hf, _ = read_file(target)
+        except ConfigError as exc:
+            self.issues.extend(exc.issues)
+            self.failed.append(loc)
+            return
+        if not is_hf_config(hf):
+            message = f"{target} is not a Hugging Face config.json (no model_type or architectures)"
+            self._fail_at(loc, "hf_config", message)
+            return
+        try:
+            converted = hf_model_data(hf, target)
+        except HFConfigError as exc:
+            field = f" field {exc.field!r}:" if exc.field else ""
+            self._fail_at(loc, "hf_config", f"{target}:{field} {exc.message}")
+            return
+        generator = dict(converted["generator"])
+        if isinstance(given, dict):
+            generator.update(given)
+        for key in list(data):
+            if key in _GENERATOR_KEYS:
+                generator[key] = data.pop(key)
+        for name, alias in _GENERATOR_ALIASES.items():
+            if name in generator and alias in generator:
+                del generator[alias]  # the file's own key wins over the converted alias
+        data["generator"] = generator
+        data.setdefault("name", converted["name"])
+
+    def _fail_at(self, loc: Loc, key: str, message: str) -> None:
+        """An issue located at ``key`` of the data at ``loc``; the whole of ``loc`` is marked failed."""
+        self.issues.append(self.source.issue((*loc, key) if key else loc, message))
+        self.failed.append(loc)
 
     def _scenario(self, data: dict[str, Any], loc: Loc, shown: str) -> None:
         for key in ("cluster", "model"):
@@ -313,6 +378,8 @@ class _Resolver:
         try:
             if kind == "strategy":
                 self._strategy(data, loc, target, replica=replica)
+            elif kind == "model":
+                self._model(data, loc, target)
         finally:
             self.active.pop()
         return data["partitions"] if kind == "partition" else data

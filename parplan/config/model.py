@@ -55,8 +55,17 @@ class ModelNodeSpec(Spec):
 
 
 class TransformerGenerator(Spec):
-    """A GPT-style decoder: ``embedding``, ``block0 .. block{L-1}``, ``head``; FLOPs per sample cover
-    the whole sequence (2 x params x seq plus attention scores), activations are seq x hidden."""
+    """A decoder-only transformer: ``embedding``, ``block0 .. block{L-1}``, ``head``; FLOPs per
+    sample cover the whole sequence (2 x matmul params x seq plus attention scores), activations are
+    seq x hidden.
+
+    The defaults are a GPT-2/GPT-3 block (multi-head attention, GELU MLP of 4 x hidden, LayerNorm,
+    biases, learned positions, dropout, dense). The other fields describe today's variants:
+    grouped-query attention (``kv_heads``), SwiGLU (three FFN matrices), RMSNorm, no biases,
+    rotary or ALiBi positions (no position parameters), and mixture-of-experts blocks (``experts``
+    FFNs of ``moe_ffn_hidden`` each, ``top_k`` of them per token, a router of ``hidden x experts``;
+    block ``i`` is an MoE block when ``i % moe_every == 0``, Megatron's ``moe_layer_freq``).
+    """
 
     kind: Literal["transformer"]
     layers: int = Field(ge=1, le=MAX_GENERATED_LAYERS)
@@ -66,6 +75,43 @@ class TransformerGenerator(Spec):
     vocabulary: int = Field(ge=1, le=2**22, alias="vocab")
     ffn_multiplier: float = Field(default=4.0, gt=0, le=64)
     tie_embeddings: bool = True
+    kv_heads: int | None = Field(
+        default=None, ge=1, le=1024, description="key/value heads (grouped-query attention; default: heads)"
+    )
+    head_dim: int | None = Field(
+        default=None, ge=1, le=2**14, description="width of one attention head (default: hidden / heads)"
+    )
+    ffn_hidden: int | None = Field(
+        default=None, ge=1, le=2**20, description="FFN inner width (overrides ffn_multiplier)"
+    )
+    activation: Literal["gelu", "swiglu"] = Field(
+        default="gelu", description="MLP: gelu (two matrices) or swiglu (gate, up and down: three)"
+    )
+    norm: Literal["layernorm", "rmsnorm"] = Field(
+        default="layernorm", description="layernorm (weight and bias: 2h) or rmsnorm (weight: h)"
+    )
+    bias: bool = Field(default=True, description="linear layers carry biases (GPT: yes; LLaMA: no)")
+    qkv_bias: bool | None = Field(
+        default=None, description="the QKV projection carries biases (default: bias; Qwen2: only it)"
+    )
+    position: Literal["learned", "rope", "alibi"] = Field(
+        default="learned", description="position encoding; only learned adds parameters"
+    )
+    max_positions: int | None = Field(
+        default=None, ge=1, le=2**22, description="rows of a learned position table (default: seq_len)"
+    )
+    final_norm: bool = Field(
+        default=False, description="count the final norm's parameters in the head (HF models: yes)"
+    )
+    dropout: bool = Field(
+        default=True, description="dropout after attention and MLP (its masks are saved for backward)"
+    )
+    experts: int = Field(default=0, ge=0, le=4096, description="MoE experts per MoE block (0, 1: dense)")
+    top_k: int = Field(default=2, ge=1, le=64, description="experts each token is routed to")
+    moe_ffn_hidden: int | None = Field(
+        default=None, ge=1, le=2**20, description="FFN inner width of one expert (default: the dense one)"
+    )
+    moe_every: int = Field(default=1, ge=1, le=MAX_GENERATED_LAYERS, description="MoE block every n blocks")
 
     @field_validator("heads")
     @classmethod
@@ -74,6 +120,29 @@ class TransformerGenerator(Spec):
         if hidden is not None and hidden % heads:
             raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
         return heads
+
+    @model_validator(mode="after")
+    def _grouped(self) -> TransformerGenerator:
+        if self.kv_heads is not None and (self.kv_heads > self.heads or self.heads % self.kv_heads):
+            raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
+        if self.experts > 1 and self.top_k > self.experts:
+            raise ValueError(f"top_k ({self.top_k}) must be at most experts ({self.experts})")
+        return self
+
+    @property
+    def key_value_heads(self) -> int:
+        """Key/value heads: ``kv_heads`` or, without grouped-query attention, ``heads``."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def ffn_ratio(self) -> float:
+        """FFN inner width over hidden: ``ffn_hidden / hidden`` or ``ffn_multiplier``."""
+        return self.ffn_multiplier if self.ffn_hidden is None else self.ffn_hidden / self.hidden
+
+    @property
+    def is_moe(self) -> bool:
+        """Whether some blocks are mixture-of-experts blocks (more than one expert)."""
+        return self.experts > 1
 
 
 class MLPGenerator(Spec):
@@ -96,12 +165,24 @@ ModelGenerator = Annotated[TransformerGenerator | MLPGenerator, Field(discrimina
 
 
 class ModelSpec(Spec):
-    """A model: explicit ``nodes`` (and ``edges``) or a ``generator``."""
+    """A model: explicit ``nodes`` (and ``edges``), a ``generator`` (possibly made from a Hugging
+    Face ``hf_config``), or a ``torch_module`` traced when the model is built."""
 
     name: str = "model"
     description: str | None = None
     generator: ModelGenerator | None = None
     nodes: tuple[ModelNodeSpec, ...] = ()
+    hf_config: str | None = Field(
+        default=None,
+        description="a Hugging Face config.json (relative to this file) the generator is made from; "
+        "generator keys beside it (seq_len, ...) override",
+    )
+    torch_module: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description="'package.module:function' of an installed module returning (torch module, "
+        "example input), traced on the meta device (needs the torch extra)",
+    )
     edges: tuple[tuple[str, str], ...] | None = Field(
         default=None, description="[from, to] pairs; default: a chain in the order of nodes"
     )
@@ -141,7 +222,10 @@ class ModelSpec(Spec):
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
-        if (self.generator is None) == (not self.nodes):
+        if self.torch_module is not None:
+            if self.generator is not None or self.nodes:
+                raise ValueError("give torch_module alone, without nodes or a generator")
+        elif (self.generator is None) == (not self.nodes):
             if self.generator is None:
                 raise ValueError("a model needs either nodes or a generator")
             raise ValueError("give either nodes or a generator, not both")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from parplan.config.hf import HF_SCHEMAS
 from parplan.config.loader import KINDS, adapter
 from parplan.config.strategy import STRATEGY_KINDS
 
@@ -58,6 +59,9 @@ def json_schema(kind: str) -> dict[str, Any]:
     data_parallel = defs.get("DataParallelStrategy")
     if data_parallel is not None:
         _widen(data_parallel, "replica", _path("model-parallel strategy"))
+    if kind == "model":  # a Hugging Face config.json, or a file naming one, is a model too
+        body = {k: v for k, v in schema.items() if k not in ("title", "$defs")}
+        schema = {"$defs": defs, "anyOf": [body, *HF_SCHEMAS]}
     return {
         "$schema": SCHEMA_DIALECT,
         "title": f"parplan {kind} file",

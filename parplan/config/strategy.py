@@ -316,14 +316,15 @@ class ShardedStrategy(Spec):
             raise ValueError(f"axes named twice: {', '.join(dupes)}")
         missing = [a for a in ("tp", "cp", "pp", "dp") if a not in placement]
         if missing:
-            raise ValueError(f"placement must name every axis of tp, cp, pp, dp; missing: {', '.join(missing)}")
+            raise ValueError(f"placement must name each of tp, cp, pp, dp; missing: {', '.join(missing)}")
         return placement
 
     @field_validator("fsdp")
     @classmethod
     def _one_sharding(cls, fsdp: str, info: ValidationInfo) -> str:
         if fsdp != "none" and info.data.get("zero", 0) != 0:
-            raise ValueError(f"fsdp ({fsdp}) and zero ({info.data['zero']}) both shard the model state; give one")
+            zero = info.data["zero"]
+            raise ValueError(f"fsdp ({fsdp}) and zero ({zero}) both shard the model state; give one")
         return fsdp
 
     @field_validator("virtual_stages")

@@ -20,6 +20,11 @@ heads, ``f`` FFN multiplier, ``b`` bytes per activation element; all per sample,
 
 For ``layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257`` this gives 1.315 B parameters,
 the GPT-3 "XL" (1.3B) model; :func:`transformer_params` is the closed form.
+
+The generator's other fields (grouped-query attention, SwiGLU, RMSNorm, no biases, RoPE/ALiBi, MoE
+blocks, a counted final norm) generalise each term; :func:`block_params`,
+:func:`block_forward_flops` and :func:`block_saved_activation_bytes` say how, and reduce to the
+formulas above for the defaults. A ``torch_module`` model is traced by :mod:`parplan.model.trace`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import networkx as nx
 
 from parplan.config.model import MLPGenerator, ModelNodeSpec, ModelSpec, TransformerGenerator
 from parplan.errors import ModelError
+from parplan.model.transformer import activation_coefficients, shape_of_generator
 
 
 @dataclass(frozen=True)
@@ -141,6 +147,11 @@ def build_model(spec: ModelSpec) -> ModelGraph:
     elif isinstance(gen, MLPGenerator):
         nodes = mlp_nodes(gen, spec.bytes_per_activation_element)
         edges = _chain(nodes)
+    elif spec.torch_module is not None:
+        from parplan.model.trace import traced_nodes  # imports torch only for such a model
+
+        nodes = traced_nodes(spec)
+        edges = _chain(nodes)
     else:
         if not spec.nodes:
             raise ModelError(f"model {spec.name!r} has neither nodes nor a generator")
@@ -189,20 +200,80 @@ def _chain(nodes: list[ModelNodeSpec]) -> list[tuple[str, str]]:
     return [(a.id, b.id) for a, b in pairwise(nodes)]
 
 
-def block_matmul_params(gen: TransformerGenerator) -> float:
-    """Matmul weights of one transformer block: ``(4 + 2f) h^2``."""
-    return (4.0 + 2.0 * gen.ffn_multiplier) * gen.hidden**2
+def is_moe_block(gen: TransformerGenerator, layer: int) -> bool:
+    """Whether block ``layer`` is a mixture-of-experts block (``layer % moe_every == 0``)."""
+    return gen.is_moe and layer % gen.moe_every == 0
 
 
-def block_params(gen: TransformerGenerator) -> float:
+def _widths(gen: TransformerGenerator) -> tuple[float, float]:
+    """Query and key/value projection widths over hidden (1 and 1 for multi-head attention)."""
+    head_dim = gen.hidden // gen.heads if gen.head_dim is None else gen.head_dim
+    return gen.heads * head_dim / gen.hidden, gen.key_value_heads * head_dim / gen.hidden
+
+
+def _mlp_matrices(gen: TransformerGenerator) -> float:
+    return 3.0 if gen.activation == "swiglu" else 2.0
+
+
+def _moe_ratio(gen: TransformerGenerator) -> float:
+    return gen.ffn_ratio if gen.moe_ffn_hidden is None else gen.moe_ffn_hidden / gen.hidden
+
+
+def block_matmul_params(gen: TransformerGenerator, layer: int = 0, *, active: bool = False) -> float:
+    """Matmul weights of one transformer block: ``(4 + 2f) h^2`` for a GPT block.
+
+    In general ``(2 q + 2 kv + m f) h^2`` with ``q``/``kv`` the query and key/value widths over
+    ``h`` (grouped-query attention shrinks ``kv``) and ``m`` FFN matrices (2 GELU, 3 SwiGLU); an MoE
+    block has ``E`` expert FFNs and a ``h x E`` router. ``active``: only the ``top_k`` experts a
+    token uses (what its FLOPs see).
+    """
+    q, kv = _widths(gen)
+    attention = 2.0 * q + 2.0 * kv
+    if is_moe_block(gen, layer):
+        experts = gen.top_k if active else gen.experts
+        ffn = experts * _mlp_matrices(gen) * _moe_ratio(gen) + gen.experts / gen.hidden
+    else:
+        ffn = _mlp_matrices(gen) * gen.ffn_ratio
+    return (attention + ffn) * gen.hidden**2
+
+
+def block_params(gen: TransformerGenerator, layer: int = 0) -> float:
     """Parameters of one transformer block: ``(4 + 2f) h^2 + (9 + f) h`` (``12h^2 + 13h`` at f=4).
 
     The ``h`` terms: QKV and projection biases (4h), FFN biases (fh + h), two layer norms (4h).
+    Without ``bias`` only the norms (and QKV biases with ``qkv_bias``) remain; RMSNorm has no bias
+    (h per norm); SwiGLU has two inner biases; MoE blocks have every expert's.
     """
-    return block_matmul_params(gen) + (9.0 + gen.ffn_multiplier) * gen.hidden
+    q, kv = _widths(gen)
+    qkv_bias = gen.bias if gen.qkv_bias is None else gen.qkv_bias
+    const = (q + 2.0 * kv if qkv_bias else 0.0) + (1.0 if gen.bias else 0.0)
+    const += 2.0 * (2.0 if gen.norm == "layernorm" else 1.0)
+    per_f = 0.0
+    if gen.bias:
+        inner = 2.0 if gen.activation == "swiglu" else 1.0
+        if is_moe_block(gen, layer):
+            const += gen.experts * (1.0 + inner * _moe_ratio(gen))
+        else:
+            const += 1.0
+            per_f = inner
+    return block_matmul_params(gen, layer) + (const + per_f * gen.ffn_ratio) * gen.hidden
 
 
-def block_saved_activation_bytes(gen: TransformerGenerator, bytes_per_element: float = 2.0) -> float:
+def block_forward_flops(gen: TransformerGenerator, layer: int = 0) -> float:
+    """Forward FLOPs of one block per sequence: ``2 x active matmul params x S + 4 S^2 q h``.
+
+    Attention scores (``QK^T``) and context (``AV``) count the full ``S x S`` (no causal halving),
+    the convention of Megatron-LM and Calculon for model FLOPs.
+    """
+    s = gen.sequence_length
+    q, _ = _widths(gen)
+    attention = 4.0 * s * s * gen.hidden if q == 1.0 else 4.0 * s * s * q * gen.hidden
+    return 2.0 * block_matmul_params(gen, layer, active=True) * s + attention
+
+
+def block_saved_activation_bytes(
+    gen: TransformerGenerator, bytes_per_element: float = 2.0, layer: int = 0
+) -> float:
     """Activation bytes one transformer block keeps for backward, per sample (sequence).
 
     Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models" (2022),
@@ -210,16 +281,54 @@ def block_saved_activation_bytes(gen: TransformerGenerator, bytes_per_element: f
     and 1-byte dropout masks, no tensor/sequence parallelism and no recomputation. Per sample
     (``b = 1``) that is ``S h (34 + 5 a S / h)``, scaled here by ``bytes_per_element / 2`` so fp32
     activations double it (the masks are scaled too: a slight overestimate).
+
+    The paper's MLP term (19 of the 34) assumes a 4h GELU MLP, and ``ffn_multiplier`` keeps it; the
+    newer fields generalise each term (:func:`parplan.model.transformer.activation_coefficients`):
+    ``ffn_hidden``, SwiGLU, grouped-query attention, MoE blocks, no dropout.
     """
     h, s, a = gen.hidden, gen.sequence_length, gen.heads
-    return s * h * (34.0 + 5.0 * a * s / h) * bytes_per_element / 2.0
+    if _is_gpt_block(gen):
+        return s * h * (34.0 + 5.0 * a * s / h) * bytes_per_element / 2.0
+    per_sbh, per_as2b = activation_coefficients(shape_of_generator(gen, bytes_per_element), layer)
+    return s * h * (per_sbh + per_as2b * a * s / h) * bytes_per_element / 2.0
+
+
+def _is_gpt_block(gen: TransformerGenerator) -> bool:
+    """The block Korthikanti's eq. 1 describes as is (the generator's defaults, any multiplier)."""
+    return (
+        gen.kv_heads in (None, gen.heads)
+        and gen.head_dim in (None, gen.hidden // gen.heads)
+        and gen.ffn_hidden is None
+        and gen.activation == "gelu"
+        and gen.dropout
+        and not gen.is_moe
+    )
 
 
 def transformer_params(gen: TransformerGenerator) -> float:
-    """Closed-form parameter count: ``L * block + V h + S h (+ V h untied)``."""
-    embedding = (gen.vocabulary + gen.sequence_length) * gen.hidden
-    head = 0 if gen.tie_embeddings else gen.vocabulary * gen.hidden
-    return gen.layers * block_params(gen) + embedding + head
+    """Closed-form parameter count: ``sum of blocks + V h + P h (+ V h untied) (+ final norm)``.
+
+    ``P`` is the learned position table (``max_positions``, default ``S``; none with RoPE/ALiBi).
+    """
+    if gen.is_moe:
+        blocks = sum(block_params(gen, i) for i in range(gen.layers))
+    else:
+        blocks = gen.layers * block_params(gen)
+    return blocks + embedding_params(gen) + head_params(gen)
+
+
+def embedding_params(gen: TransformerGenerator) -> float:
+    """Token embedding ``V h`` plus a learned position table ``P h``."""
+    positions = 0
+    if gen.position == "learned":
+        positions = gen.sequence_length if gen.max_positions is None else gen.max_positions
+    return float((gen.vocabulary + positions) * gen.hidden)
+
+
+def head_params(gen: TransformerGenerator) -> float:
+    """The output projection ``V h`` unless tied to the embedding, plus the final norm if counted."""
+    norm = (2 if gen.norm == "layernorm" else 1) * gen.hidden if gen.final_norm else 0
+    return float((0 if gen.tie_embeddings else gen.vocabulary * gen.hidden) + norm)
 
 
 def transformer_nodes(gen: TransformerGenerator, bytes_per_element: float = 2.0) -> list[ModelNodeSpec]:
@@ -235,28 +344,26 @@ def transformer_nodes(gen: TransformerGenerator, bytes_per_element: float = 2.0)
     nodes = [
         ModelNodeSpec(
             id="embedding",
-            params=float((v + s) * h),
+            params=embedding_params(gen),
             forward_flops_per_sample=0.0,
             activation_bytes_per_sample=hidden_states,
             saved_activation_bytes_per_sample=s * h * bytes_per_element / 2.0,
         )
     ]
-    flops = 2.0 * block_matmul_params(gen) * s + 4.0 * s * s * h
-    saved = block_saved_activation_bytes(gen, bytes_per_element)
     for i in range(gen.layers):
         nodes.append(
             ModelNodeSpec(
                 id=f"block{i}",
-                params=block_params(gen),
-                forward_flops_per_sample=flops,
+                params=block_params(gen, i),
+                forward_flops_per_sample=block_forward_flops(gen, i),
                 activation_bytes_per_sample=hidden_states,
-                saved_activation_bytes_per_sample=saved,
+                saved_activation_bytes_per_sample=block_saved_activation_bytes(gen, bytes_per_element, i),
             )
         )
     nodes.append(
         ModelNodeSpec(
             id="head",
-            params=0.0 if gen.tie_embeddings else float(v * h),
+            params=head_params(gen),
             forward_flops_per_sample=2.0 * v * h * s,
             activation_bytes_per_sample=s * v * bytes_per_element,
             saved_activation_bytes_per_sample=(s * h + s * v) * bytes_per_element,

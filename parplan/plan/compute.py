@@ -15,6 +15,16 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   times its speed factor; a device without a ``memory_bandwidth`` is assumed to have the machine
   balance of current accelerators, :data:`DEFAULT_FLOP_PER_BYTE` FLOP of peak per byte of memory
   bandwidth (A100: 312 TFLOP/s over 1.6 TB/s ~ 200).
+- **Per-kernel roofline** (:func:`op_seconds`, for plans that know their kernels, such as the
+  sharded transformer of :mod:`parplan.model.transformer`): an op takes
+  ``max(FLOPs / (peak[dtype] x matmul_efficiency(m, n, k) x speed), bytes / (bandwidth x``
+  :data:`MEMORY_EFFICIENCY` ``x speed)) +`` :data:`KERNEL_LAUNCH_S`. GEMMs and attention run at the
+  dtype's tensor peak (fused attention at :data:`ATTENTION_EFFICIENCY` of a GEMM's rate);
+  memory-bound kernels (norms, activations, losses) at the fp32 vector peak.
+  The GEMM efficiency is ``max x F / (F + half)`` for ``F = 2mnk`` (small GEMMs cannot fill the
+  device), times the wave quantisation of 128 x 128 output tiles over the SMs once a GEMM has more
+  tiles than SMs (the last wave runs partly empty). This path is separate from the whole-model
+  ``efficiency`` above, which stays as it is for every other plan.
 - **Straggler jitter**: when ``training.straggler_jitter`` is ``j > 0`` every compute time of a
   device in a step is multiplied by one factor ``1 + j x u`` with ``u`` uniform in ``[-1, 1)``,
   drawn from a generator seeded by ``(seed, crc32(device name), step)``; so a device is slow or fast
@@ -29,6 +39,7 @@ True
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,11 +47,36 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from parplan.errors import PlanError
+
 if TYPE_CHECKING:
     from parplan.config.model import ModelSpec
     from parplan.model.graph import ModelGraph
+    from parplan.model.transformer import Op
     from parplan.plan.base import PlanContext
     from parplan.topology.network import DeviceInfo
+
+KERNEL_LAUNCH_S = 4e-6
+"""Fixed cost of one kernel: launch and the ramp-up/tail a kernel cannot overlap (a few us on
+current GPUs; CUDA graphs lower it, so this is a documented middle)."""
+
+MEMORY_EFFICIENCY = 0.85
+"""Share of the spec-sheet memory bandwidth streaming kernels reach (STREAM-like copies on HBM
+reach 80-90%)."""
+
+DEFAULT_MATMUL_MAX_EFFICIENCY = 0.8
+"""Share of peak large GEMMs reach on a device that does not say (cuBLAS on A100/H100: 0.75-0.85)."""
+
+DEFAULT_MATMUL_HALF_FLOPS = 2e9
+"""GEMM size (``2 m n k`` FLOPs) at half the maximum efficiency when the device does not say
+(a 1024^3 GEMM: tens of microseconds of work cannot fill a large GPU)."""
+
+ATTENTION_EFFICIENCY = 0.8
+"""A fused attention kernel's rate over a GEMM's of the same shape (FlashAttention-2 reaches about
+70% of an A100's peak forward where cuBLAS reaches 85%; FlashAttention-3 on H100 comes closer)."""
+
+GEMM_TILE = 128
+"""Output tile edge used for wave quantisation."""
 
 BACKWARD_TO_FORWARD = 2.0
 """Backward FLOPs per forward FLOP (activation gradients plus weight gradients)."""
@@ -151,3 +187,58 @@ def step_compute(
         backward_s=backward_seconds(ctx, device, nodes, samples, step=step),
         optimizer_s=optimizer_seconds(ctx, device, params_of(ctx.model, nodes), step=step),
     )
+
+
+# -- per-kernel roofline ----------------------------------------------------------------------------
+
+
+def matmul_efficiency(device: DeviceInfo, m: int, n: int, k: int) -> float:
+    """Share of the tensor peak a ``[m, k] x [k, n]`` GEMM reaches on ``device`` (module docstring)."""
+    top = device.matmul_max_efficiency or DEFAULT_MATMUL_MAX_EFFICIENCY
+    half = device.matmul_half_flops or DEFAULT_MATMUL_HALF_FLOPS
+    size = 2.0 * m * n * k
+    efficiency = top * size / (size + half)
+    if device.sm_count:
+        tiles = math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
+        if tiles > device.sm_count:
+            waves = math.ceil(tiles / device.sm_count)
+            efficiency *= tiles / (waves * device.sm_count)
+    return efficiency
+
+
+def _peak(device: DeviceInfo, dtype: str) -> float:
+    peak = device.peak_for(dtype)
+    if peak is None:
+        known = ", ".join(d for d, _ in device.peak_flop_per_s_by_dtype)
+        raise PlanError(f"device {device.name!r} has no {dtype} peak (it has: {known}); choose another dtype")
+    return peak
+
+
+def op_seconds(device: DeviceInfo, op: Op, dtype: str, *, backward: bool = False) -> float:
+    """Seconds of one kernel on ``device`` at ``dtype`` (its backward with ``backward``): the roofline
+    of the module docstring, plus :data:`KERNEL_LAUNCH_S` (twice for a GEMM's backward: two GEMMs).
+    No straggler jitter: the plan applies it."""
+    flops = op.flops * (op.backward_flops_factor if backward else 1.0)
+    moved = op.bytes_moved * (op.backward_bytes_factor if backward else 1.0)
+    if flops <= 0.0 and moved <= 0.0:
+        return 0.0
+    speed = device.speed_factor
+    if op.kind in ("gemm", "attention"):
+        rate = _peak(device, dtype)
+        if op.gemm_mnk is not None:
+            rate *= matmul_efficiency(device, *op.gemm_mnk)
+        else:
+            rate *= device.matmul_max_efficiency or DEFAULT_MATMUL_MAX_EFFICIENCY
+        if op.kind == "attention":
+            rate *= ATTENTION_EFFICIENCY
+    else:
+        rate = device.peak_for("fp32") or device.peak_flop_per_s
+    compute_s = flops / (rate * speed) if flops > 0.0 else 0.0
+    memory_s = moved / (memory_bandwidth_Bps(device) * MEMORY_EFFICIENCY) if moved > 0.0 else 0.0
+    launches = 2 if backward and op.kind == "gemm" else 1
+    return max(compute_s, memory_s) + launches * KERNEL_LAUNCH_S
+
+
+def ops_seconds(device: DeviceInfo, ops: Iterable[Op], dtype: str, *, backward: bool = False) -> float:
+    """Seconds of a sequence of kernels run one after another (backward: the sum of their backwards)."""
+    return sum(op_seconds(device, op, dtype, backward=backward) for op in ops)

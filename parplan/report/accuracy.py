@@ -14,7 +14,12 @@ targets beside them. :func:`validation_document` is the ``--json`` document::
                   "rows": [{"size_bytes", "line", "measured_s", "predicted_s", "error_pct",
                             "algorithm", "simulated"}]}],
       "summary": {"overall": stats, "systems": {system: stats}},
-      "checks": [{"band", "statistic", "value_pct", "threshold_pct", "target_pct", "passed"}]
+      "checks": [{"band", "statistic", "value_pct", "threshold_pct", "target_pct", "passed"}],
+      "training": {"stats": {"count", "median_abs_pct", "max_abs_pct"},
+                   "rows": [{"name", "system", "scenario", "plan", "measured", "value", "source",
+                             "note", "excluded", "devices", "measured_step_s", "predicted_step_s",
+                             "error_pct", "predicted_tokens_per_s_per_gpu", "mfu",
+                             "peak_memory_bytes", "fits"}]}
     }
 
 where ``stats`` is ``{"overall"|"large"|"small": {"count", "median_abs_pct", "max_abs_pct"}}``.
@@ -39,6 +44,7 @@ from parplan.api.accuracy import (
     ThresholdCheck,
     ValidationReport,
 )
+from parplan.api.training_accuracy import TrainingResult
 from parplan.config.units import format_bytes
 from parplan.report import humanize as hz
 from parplan.report.csv_report import rows_csv
@@ -143,7 +149,46 @@ def _stat_cells(stats: BandStats) -> list[str]:
 
 def check_name(check: ThresholdCheck, large_from_bytes: float) -> str:
     """``median |error|, >= 64 MiB``: which figure a check is about."""
+    if check.band == "training":
+        return f"{check.statistic} |error|, training step time"
     return f"{check.statistic} |error|, {band_name(check.band, large_from_bytes)}"
+
+
+def training_view(results: tuple[TrainingResult, ...]) -> Table:
+    """Published training runs beside the predicted step time, every row (excluded ones with why)."""
+    table = Table(title="training runs: step time, published beside predicted", title_justify="left")
+    for column, justify in (
+        ("run", "left"),
+        ("system", "left"),
+        ("GPUs", "right"),
+        ("measured", "right"),
+        ("predicted", "right"),
+        ("error", "right"),
+        ("tokens/s/GPU", "right"),
+        ("MFU", "right"),
+        ("peak memory", "right"),
+    ):
+        table.add_column(column, justify=justify, no_wrap=column != "run")  # type: ignore[arg-type]
+    for r in results:
+        if r.spec.excluded is not None:
+            excluded = Text(f"excluded: {r.spec.excluded}", style="dim")
+            table.add_row(r.spec.name, r.spec.system, "", "", "", "", "", "", excluded)
+            continue
+        memory = "" if r.peak_memory_bytes is None else hz.size(r.peak_memory_bytes)
+        if r.fits is False:
+            memory += " (does not fit)"
+        table.add_row(
+            r.spec.name,
+            r.spec.system,
+            str(r.devices),
+            hz.seconds(r.measured_step_s) if r.measured_step_s is not None else "",
+            hz.seconds(r.predicted_step_s) if r.predicted_step_s is not None else "",
+            pct(r.error_pct, signed=True),
+            f"{r.predicted_tokens_per_s_per_gpu:,.0f}" if r.predicted_tokens_per_s_per_gpu else "",
+            pct(None if r.mfu is None else 100.0 * r.mfu),
+            memory,
+        )
+    return table
 
 
 def checks_view(report: ValidationReport) -> Table:
@@ -170,6 +215,8 @@ def checks_view(report: ValidationReport) -> Table:
 def validation_view(report: ValidationReport, *, tables: bool = True) -> RenderableType:
     """The whole report: every table (unless ``tables`` is False), the summary and the checks."""
     parts: list[RenderableType] = [table_view(t) for t in report.tables] if tables else []
+    if report.training:
+        parts.append(training_view(report.training))
     parts += [summary_view(report), checks_view(report)]
     if report.pruned:
         parts.append(
@@ -262,6 +309,37 @@ def validation_document(report: ValidationReport) -> dict[str, Any]:
             }
             for c in report.checks
         ],
+        "training": {
+            "stats": {
+                "count": report.training_stats.count,
+                "median_abs_pct": report.training_stats.median_pct,
+                "max_abs_pct": report.training_stats.max_pct,
+            },
+            "rows": [_training_row(r) for r in report.training],
+        },
+    }
+
+
+def _training_row(r: TrainingResult) -> dict[str, Any]:
+    spec = r.spec
+    return {
+        "name": spec.name,
+        "system": spec.system,
+        "scenario": spec.scenario,
+        "plan": spec.plan,
+        "measured": spec.measured,
+        "value": spec.value,
+        "source": spec.source,
+        "note": spec.note,
+        "excluded": spec.excluded,
+        "devices": r.devices,
+        "measured_step_s": r.measured_step_s,
+        "predicted_step_s": r.predicted_step_s,
+        "error_pct": r.error_pct,
+        "predicted_tokens_per_s_per_gpu": r.predicted_tokens_per_s_per_gpu,
+        "mfu": r.mfu,
+        "peak_memory_bytes": r.peak_memory_bytes,
+        "fits": r.fits,
     }
 
 

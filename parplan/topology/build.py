@@ -45,6 +45,7 @@ channel ``c`` for ``a->b`` and ``c+1`` for ``b->a``; a half-duplex link takes on
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import networkx as nx
 
@@ -65,6 +66,24 @@ from parplan.errors import TopologyError
 from parplan.topology.network import Network, Router, shortest_hop_route, spread_route
 
 _MAX_NAMES = 8
+
+
+def _roofline(template: DeviceTemplate) -> dict[str, Any]:
+    """The per-kernel roofline's device attributes, only those the template gives (so a device
+    without them keeps the graph it had)."""
+    out: dict[str, Any] = {}
+    if template.peak_flop_per_s_by_dtype:
+        out["peak_flop_per_s_by_dtype"] = tuple(
+            (dtype, float(peak)) for dtype, peak in sorted(template.peak_flop_per_s_by_dtype.items())
+        )
+    if template.matmul_efficiency is not None:
+        out["matmul_max_efficiency"] = float(template.matmul_efficiency.max)
+        out["matmul_half_flops"] = float(template.matmul_efficiency.half_at_flops)
+    if template.sm_count is not None:
+        out["sm_count"] = template.sm_count
+    if template.device_type is not None:
+        out["device_type"] = template.device_type
+    return out
 
 
 class _Builder:
@@ -92,6 +111,7 @@ class _Builder:
             ),
             group=group,
             arch=template.arch,
+            **_roofline(template),
         )
 
     def switch(self, name: str, role: str, origin: str) -> None:

@@ -68,11 +68,28 @@ class DeviceInfo:
     arch: str | None = None
     switch: bool = False
     """A reducing switch standing in as an endpoint (no compute, no memory; reduces in flight)."""
+    peak_flop_per_s_by_dtype: tuple[tuple[str, float], ...] = ()
+    """Dense peak per dtype for the per-kernel roofline (empty: ``peak_flop_per_s`` for every dtype)."""
+    matmul_max_efficiency: float | None = None
+    """Share of the peak large GEMMs reach (None: the roofline's default)."""
+    matmul_half_flops: float | None = None
+    """GEMM size (``2 m n k``) that reaches half of ``matmul_max_efficiency`` (None: the default)."""
+    sm_count: int | None = None
+    """Streaming multiprocessors, for wave quantisation of GEMM tiles (None: not modelled)."""
+    device_type: str | None = None
+    """The catalog entry the device was described by (``H100-SXM``), if any."""
 
     @property
     def effective_flop_per_s(self) -> float:
         """Sustained training throughput: peak x efficiency x speed factor."""
         return self.peak_flop_per_s * self.efficiency * self.speed_factor
+
+    def peak_for(self, dtype: str) -> float | None:
+        """Dense peak FLOP/s for ``dtype``: from the per-dtype table, else ``peak_flop_per_s`` when
+        the device has no table; ``None`` when the table lacks the dtype."""
+        if not self.peak_flop_per_s_by_dtype:
+            return self.peak_flop_per_s
+        return dict(self.peak_flop_per_s_by_dtype).get(dtype)
 
 
 class Network:
@@ -188,6 +205,11 @@ class Network:
             memory_bandwidth_Bps=d.get("memory_bandwidth_Bps"),
             group=d.get("group"),
             arch=d.get("arch"),
+            peak_flop_per_s_by_dtype=d.get("peak_flop_per_s_by_dtype", ()),
+            matmul_max_efficiency=d.get("matmul_max_efficiency"),
+            matmul_half_flops=d.get("matmul_half_flops"),
+            sm_count=d.get("sm_count"),
+            device_type=d.get("device_type"),
         )
 
     def groups(self) -> dict[str, list[str]]:

@@ -187,6 +187,17 @@ def models(draw: st.DrawFn) -> ModelSpec:
                 vocab=st.integers(1, 100_000),
                 ffn_multiplier=st.floats(min_value=0.5, max_value=8),
                 tie_embeddings=st.booleans(),
+                kv_heads=st.sampled_from([None, 1, heads]),
+                ffn_hidden=st.none() | st.integers(1, 4096),
+                activation=st.sampled_from(["gelu", "swiglu"]),
+                norm=st.sampled_from(["layernorm", "rmsnorm"]),
+                bias=st.booleans(),
+                position=st.sampled_from(["learned", "rope", "alibi"]),
+                dropout=st.booleans(),
+                final_norm=st.booleans(),
+                experts=st.sampled_from([0, 4]),
+                top_k=st.sampled_from([1, 2]),
+                moe_every=st.integers(1, 3),
             )
             | st.builds(
                 MLPGenerator,

@@ -166,6 +166,6 @@ def test_mutated_samples_as_files(samples_copy: Path, sample: Path, seed: int, j
         text = dump_data(mutated, fmt)
     except (ConfigError, ValueError, TypeError, OverflowError):
         return  # TOML cannot hold null (or ints past 64 bits): nothing to load
-    path = samples_copy / sample.parent.name / f"fuzz.{fmt}"
+    path = samples_copy / sample.relative_to(ROOT / "sample_configs").parent / f"fuzz.{fmt}"
     path.write_text(text)
     only_config_errors(path)

@@ -83,7 +83,7 @@ def test_every_sample_is_detected_as_its_directory_says() -> None:
     expected["scenarios"] = "scenario"
     for path in SAMPLES:
         kind, _ = load_any(path)
-        assert kind == expected[path.parent.name], path
+        assert kind == expected[path.relative_to(ROOT / "sample_configs").parts[0]], path
 
 
 # -- references ----------------------------------------------------------------------------------------

@@ -1,0 +1,558 @@
+"""The transformer as kernels: one device's share of a block's forward work, and its activations.
+
+A sharded plan needs more than a block's FLOPs: which GEMMs run, of what shape, how many bytes each
+kernel moves, and what a block keeps for backward under tensor (``tp``), sequence (``sp``) and
+context (``cp``) parallelism and recomputation. :func:`shape_of` reads a :class:`TransformerShape`
+from a model made by the ``transformer`` generator; :func:`block_ops`, :func:`embedding_ops` and
+:func:`head_ops` list the forward :class:`Op` s of one micro-batch on one device;
+:func:`block_activation_bytes` is Korthikanti et al. (2022) generalised.
+
+What is counted (``b`` micro-batch, ``S`` sequence, ``T = b S / cp`` local tokens, ``h`` hidden,
+``e`` bytes per activation element):
+
+- GEMMs (``qkv``, ``proj``, ``mlp_up``, ``mlp_down``, ``router``, ``experts_*``, ``logits``):
+  ``2 m n k`` FLOPs; bytes read and written are the two operands and the result, each once.
+  Megatron's split: QKV and the first FFN matrix split their columns over ``tp``, the output
+  projection and the second FFN matrix their rows; SwiGLU's gate and up matrices run as one GEMM.
+- Attention: with ``flash_attention`` one fused kernel whose FLOPs are what FlashAttention executes
+  under a causal mask: half of ``4 b S_q S h`` (the masked blocks are skipped), and whose bytes are
+  Q, K, V and the output once. Without it, the score and context GEMMs compute the full ``S x S``
+  (masked entries included) and a softmax kernel streams the scores. *Model* FLOPs (for MFU) are a
+  separate convention: :func:`model_flops_per_token` counts the full ``S x S`` as Megatron-LM,
+  Calculon and PaLM do.
+- Context parallelism (ring attention): each rank holds ``S / cp`` queries and sees every key, so
+  its attention work is ``1 / cp`` of the whole; K and V of the whole sequence stream through it.
+- Norms, GELU/SwiGLU, dropout and residual adds are memory bound; their FLOPs are small estimates
+  (a handful per element) so a roofline still charges them by bytes. With ``sp`` they touch
+  ``1 / tp`` of the tokens.
+- MoE blocks: a router GEMM, the token dispatch and combine copies, and the local experts' GEMMs on
+  ``T x top_k x capacity_factor`` token slots (an even share: each of ``ep`` ranks sends its tokens'
+  ``top_k`` copies and receives as many), each expert's FFN split over ``tp`` like a dense one.
+
+``backward_flops_factor`` is backward FLOPs over forward FLOPs: 2 for a GEMM (activation and weight
+gradients), 2.5 for FlashAttention (its backward recomputes the scores: 5 matmuls against 2), 1 for
+the memory-bound kernels; ``backward_bytes_factor`` likewise for bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from parplan.config.model import TransformerGenerator
+
+if TYPE_CHECKING:
+    from parplan.model.graph import ModelGraph
+
+OpKind = Literal["gemm", "attention", "elementwise", "norm", "embedding", "loss"]
+Recompute = Literal["none", "selective", "full"]
+
+CAUSAL_FRACTION = 0.5
+"""Share of the ``S x S`` score blocks FlashAttention computes under a causal mask (the diagonal
+blocks' extra half is ignored: ``(S + block) / 2S`` tends to 1/2 for long sequences)."""
+
+BACKWARD_FLOPS: dict[str, float] = {
+    "gemm": 2.0,
+    "attention": 2.5,
+    "elementwise": 1.0,
+    "norm": 1.0,
+    "embedding": 1.0,
+    "loss": 1.0,
+}
+"""Backward FLOPs per forward FLOP of each kind of kernel (module docstring)."""
+
+BACKWARD_BYTES: dict[str, float] = {
+    "gemm": 2.0,  # dgrad reads dY and W, writes dX; wgrad reads dY and X, writes dW
+    "attention": 2.0,  # reads Q, K, V, O, dO; writes dQ, dK, dV
+    "elementwise": 1.5,  # reads dY and the saved input, writes dX
+    "norm": 1.5,
+    "embedding": 1.0,  # scatter-add of the gradient rows
+    "loss": 1.0,  # writes the logits' gradient
+}
+"""Backward bytes per forward byte of each kind of kernel."""
+
+MASK_BYTES = 1.0
+"""Bytes of one dropout-mask element (Korthikanti et al. keep masks as bytes)."""
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """Everything a sharded plan needs to know of a decoder-only transformer's architecture.
+
+    ``experts`` 0 or 1 is a dense model; more makes block ``i`` an MoE block when
+    ``i % moe_every == 0``. ``ffn_hidden`` is the dense FFN's inner width (rounded to an integer
+    when it came from a fractional multiplier).
+    """
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocabulary: int
+    sequence_length: int
+    activation: Literal["gelu", "swiglu"]
+    tie_embeddings: bool
+    experts: int
+    top_k: int
+    moe_ffn_hidden: int
+    moe_every: int
+    bytes_per_element: float
+    head_dim: int = 0
+    norm: Literal["layernorm", "rmsnorm"] = "layernorm"
+    bias: bool = True
+    qkv_bias: bool = True
+    position: Literal["learned", "rope", "alibi"] = "learned"
+    position_rows: int = 0
+    final_norm: bool = False
+    dropout: bool = True
+    name: str = field(default="transformer", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.head_dim == 0:
+            object.__setattr__(self, "head_dim", self.hidden // self.heads)
+
+    # -- architecture ----------------------------------------------------------------------------
+    def is_moe(self, layer: int = 0) -> bool:
+        """Whether block ``layer`` is a mixture-of-experts block."""
+        return self.experts > 1 and layer % self.moe_every == 0
+
+    @property
+    def q_width(self) -> int:
+        """Width of the query projection's output, ``heads x head_dim``."""
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        """Width of the key (and of the value) projection's output, ``kv_heads x head_dim``."""
+        return self.kv_heads * self.head_dim
+
+    @property
+    def mlp_matrices(self) -> int:
+        """FFN weight matrices: 2 (GELU: up, down) or 3 (SwiGLU: gate, up, down)."""
+        return 3 if self.activation == "swiglu" else 2
+
+    def _norm_params(self) -> int:
+        return (2 if self.norm == "layernorm" else 1) * self.hidden
+
+    def _ffn_params(self, inner: int) -> int:
+        h, m = self.hidden, self.mlp_matrices
+        bias = ((m - 1) * inner + h) if self.bias else 0
+        return m * h * inner + bias
+
+    def attention_params(self) -> float:
+        """QKV and output projection weights (and biases)."""
+        h, q, kv = self.hidden, self.q_width, self.kv_width
+        biases = (q + 2 * kv if self.qkv_bias else 0) + (h if self.bias else 0)
+        return float(h * (q + 2 * kv) + q * h + biases)
+
+    def mlp_params(self, i: int = 0) -> float:
+        """The FFN of block ``i``: one dense FFN, or the router and every expert of an MoE block."""
+        if self.is_moe(i):
+            return float(self.hidden * self.experts + self.experts * self._ffn_params(self.moe_ffn_hidden))
+        return float(self._ffn_params(self.ffn_hidden))
+
+    def block_params(self, i: int = 0) -> float:
+        """Parameters of block ``i`` (MoE blocks count every expert)."""
+        return self.attention_params() + self.mlp_params(i) + 2 * self._norm_params()
+
+    def expert_params(self, i: int = 0) -> float:
+        """Parameters of block ``i`` that live in experts (0 for a dense block)."""
+        return self.experts * float(self._ffn_params(self.moe_ffn_hidden)) if self.is_moe(i) else 0.0
+
+    def embedding_params(self) -> float:
+        """Token embedding plus a learned position table."""
+        return float((self.vocabulary + self.position_rows) * self.hidden)
+
+    def head_params(self) -> float:
+        """The output projection unless tied to the embedding, plus the final norm if counted."""
+        tied = 0 if self.tie_embeddings else self.vocabulary * self.hidden
+        return float(tied + (self._norm_params() if self.final_norm else 0))
+
+    def total_params(self) -> float:
+        """Every parameter of the model."""
+        blocks = sum(self.block_params(i) for i in range(self.layers))
+        return blocks + self.embedding_params() + self.head_params()
+
+    def active_block_params(self, i: int = 0) -> float:
+        """Parameters one token uses in block ``i``: ``top_k`` experts of an MoE block."""
+        if not self.is_moe(i):
+            return self.block_params(i)
+        inactive = (self.experts - self.top_k) * float(self._ffn_params(self.moe_ffn_hidden))
+        return self.block_params(i) - inactive
+
+
+def shape_of_generator(gen: TransformerGenerator, bytes_per_element: float = 2.0) -> TransformerShape:
+    """The :class:`TransformerShape` a ``transformer`` generator describes."""
+    ffn = gen.ffn_hidden if gen.ffn_hidden is not None else round(gen.ffn_multiplier * gen.hidden)
+    rows = 0
+    if gen.position == "learned":
+        rows = gen.sequence_length if gen.max_positions is None else gen.max_positions
+    return TransformerShape(
+        layers=gen.layers,
+        hidden=gen.hidden,
+        heads=gen.heads,
+        kv_heads=gen.key_value_heads,
+        ffn_hidden=ffn,
+        vocabulary=gen.vocabulary,
+        sequence_length=gen.sequence_length,
+        activation=gen.activation,
+        tie_embeddings=gen.tie_embeddings,
+        experts=gen.experts,
+        top_k=gen.top_k,
+        moe_ffn_hidden=gen.moe_ffn_hidden if gen.moe_ffn_hidden is not None else ffn,
+        moe_every=gen.moe_every,
+        bytes_per_element=bytes_per_element,
+        head_dim=gen.head_dim if gen.head_dim is not None else gen.hidden // gen.heads,
+        norm=gen.norm,
+        bias=gen.bias,
+        qkv_bias=gen.bias if gen.qkv_bias is None else gen.qkv_bias,
+        position=gen.position,
+        position_rows=rows,
+        final_norm=gen.final_norm,
+        dropout=gen.dropout,
+    )
+
+
+def shape_of(model: ModelGraph) -> TransformerShape | None:
+    """The transformer a model graph was generated from; ``None`` when it is not a transformer."""
+    gen = model.spec.generator
+    if not isinstance(gen, TransformerGenerator):
+        return None
+    shape = shape_of_generator(gen, model.spec.bytes_per_activation_element)
+    return TransformerShape(**{**shape.__dict__, "name": model.name})
+
+
+def model_flops_per_token(shape: TransformerShape) -> float:
+    """Training FLOPs per token for model FLOPs utilisation: ``6 N + 12 L q S``.
+
+    ``N`` is the parameters a token uses (active experts only) without the embedding tables (their
+    lookup is no matmul; an untied head's ``V h`` stays in, as in PaLM's appendix B);
+    ``12 L q S`` is the attention scores and context, forward and backward, over the full
+    ``S x S`` (no causal halving), the convention of PaLM, Megatron-LM and Calculon. With tied
+    embeddings the logits GEMM is added (``6 V h``) so the head is counted either way.
+    """
+    n = sum(shape.active_block_params(i) for i in range(shape.layers)) + shape.vocabulary * shape.hidden
+    return 6.0 * n + 12.0 * shape.layers * shape.q_width * shape.sequence_length
+
+
+# -- ops ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel of one device's share of a layer, forward (see the module docstring)."""
+
+    name: str
+    kind: OpKind
+    flops: float
+    bytes_moved: float
+    gemm_mnk: tuple[int, int, int] | None = None
+    backward_flops_factor: float = 1.0
+    backward_bytes_factor: float = 1.0
+
+
+def _gemm(name: str, m: float, n: float, k: float, e: float, *, weight_copies: float = 1.0) -> Op:
+    """A GEMM ``[m, k] x [k, n]``: ``2 m n k`` FLOPs; bytes of both operands and the result.
+
+    ``weight_copies``: distinct ``[k, n]`` weights read (grouped expert GEMMs read several).
+    """
+    return Op(
+        name=name,
+        kind="gemm",
+        flops=2.0 * m * n * k,
+        bytes_moved=e * (m * k + weight_copies * k * n + m * n),
+        gemm_mnk=(max(1, math.ceil(m)), max(1, math.ceil(n)), max(1, math.ceil(k))),
+        backward_flops_factor=BACKWARD_FLOPS["gemm"],
+        backward_bytes_factor=BACKWARD_BYTES["gemm"],
+    )
+
+
+def _memory_op(name: str, kind: OpKind, elements: float, flops_per_element: float, bytes_: float) -> Op:
+    return Op(
+        name=name,
+        kind=kind,
+        flops=flops_per_element * elements,
+        bytes_moved=bytes_,
+        backward_flops_factor=BACKWARD_FLOPS[kind],
+        backward_bytes_factor=BACKWARD_BYTES[kind],
+    )
+
+
+def _norm(shape: TransformerShape, name: str, tokens: float) -> Op:
+    """LayerNorm (mean, variance, scale, shift: ~5 FLOPs an element) or RMSNorm (~4)."""
+    elements = tokens * shape.hidden
+    per = 5.0 if shape.norm == "layernorm" else 4.0
+    return _memory_op(name, "norm", elements, per, 2.0 * elements * shape.bytes_per_element)
+
+
+def _residual(shape: TransformerShape, name: str, tokens: float) -> Op:
+    """Dropout (if any) and the residual add: read two tensors, write one (and the mask)."""
+    elements = tokens * shape.hidden
+    mask = MASK_BYTES if shape.dropout else 0.0
+    return _memory_op(name, "elementwise", elements, 2.0, elements * (3.0 * shape.bytes_per_element + mask))
+
+
+def _tokens(shape: TransformerShape, microbatch: int, cp: int) -> float:
+    return microbatch * shape.sequence_length / cp
+
+
+def _kv_heads_local(shape: TransformerShape, tp: int) -> float:
+    """Key/value heads on one TP rank: ``kv / tp``, at least one (replicated when ``kv < tp``)."""
+    return max(shape.kv_heads / tp, 1.0)
+
+
+def attention_ops(
+    shape: TransformerShape, *, microbatch: int, tp: int, cp: int, flash_attention: bool
+) -> tuple[Op, ...]:
+    """The attention core (between the QKV and output projections) of one device, forward."""
+    e, s, b, hd = shape.bytes_per_element, shape.sequence_length, microbatch, shape.head_dim
+    heads = shape.heads / tp
+    kv = _kv_heads_local(shape, tp)
+    tokens = _tokens(shape, microbatch, cp)
+    rows = tokens * heads  # query rows over every local head
+    qo_bytes = 2.0 * tokens * heads * hd * e
+    kv_bytes = 2.0 * b * s * kv * hd * e  # the whole sequence's K and V (ring attention streams it)
+    if flash_attention:
+        keys = s * CAUSAL_FRACTION
+        return (
+            Op(
+                name="attention",
+                kind="attention",
+                flops=4.0 * rows * keys * hd,
+                bytes_moved=qo_bytes + kv_bytes + 4.0 * rows,  # + the fp32 log-sum-exp per row
+                gemm_mnk=(max(1, math.ceil(rows)), max(1, math.ceil(keys)), hd),
+                backward_flops_factor=BACKWARD_FLOPS["attention"],
+                backward_bytes_factor=BACKWARD_BYTES["attention"],
+            ),
+        )
+    scores = rows * s
+    mask = (e + MASK_BYTES) if shape.dropout else 0.0
+    return (
+        Op(
+            "attn_scores",
+            "gemm",
+            2.0 * rows * s * hd,
+            qo_bytes / 2.0 + kv_bytes / 2.0 + scores * e,
+            (max(1, math.ceil(rows)), s, hd),
+            BACKWARD_FLOPS["gemm"],
+            BACKWARD_BYTES["gemm"],
+        ),
+        _memory_op("softmax", "elementwise", scores, 5.0, scores * (2.0 * e + mask)),
+        Op(
+            "attn_context",
+            "gemm",
+            2.0 * rows * s * hd,
+            scores * e + kv_bytes / 2.0 + qo_bytes / 2.0,
+            (max(1, math.ceil(rows)), hd, s),
+            BACKWARD_FLOPS["gemm"],
+            BACKWARD_BYTES["gemm"],
+        ),
+    )
+
+
+def _dense_mlp(shape: TransformerShape, tokens: float, tp: int) -> tuple[Op, ...]:
+    e, h = shape.bytes_per_element, shape.hidden
+    inner = shape.ffn_hidden / tp
+    up = 2.0 * inner if shape.activation == "swiglu" else inner
+    return (
+        _gemm("mlp_up", tokens, up, h, e),
+        _activation(shape, "mlp_activation", tokens * inner),
+        _gemm("mlp_down", tokens, h, inner, e),
+    )
+
+
+def _activation(shape: TransformerShape, name: str, elements: float) -> Op:
+    """GELU (tanh form, ~8 FLOPs an element) or SwiGLU (silu(gate) x up: ~5), memory bound."""
+    e = shape.bytes_per_element
+    if shape.activation == "swiglu":
+        return _memory_op(name, "elementwise", elements, 5.0, 3.0 * elements * e)
+    return _memory_op(name, "elementwise", elements, 8.0, 2.0 * elements * e)
+
+
+def _moe_mlp(
+    shape: TransformerShape, tokens: float, *, tp: int, sp: bool, ep: int, capacity_factor: float
+) -> tuple[Op, ...]:
+    e, h = shape.bytes_per_element, shape.hidden
+    router_tokens = tokens / tp if sp else tokens
+    slots = tokens * shape.top_k * capacity_factor
+    local = max(shape.experts / ep, 1.0)
+    inner = shape.moe_ffn_hidden / tp
+    up = 2.0 * inner if shape.activation == "swiglu" else inner
+    per_expert = slots / local
+    up_op = _gemm("experts_up", slots, up, h, e, weight_copies=local)
+    down_op = _gemm("experts_down", slots, h, inner, e, weight_copies=local)
+    per_mnk = (max(1, math.ceil(per_expert)),)
+    return (
+        _gemm("router", router_tokens, shape.experts, h, e),
+        _memory_op("dispatch", "elementwise", slots * h, 0.0, 2.0 * slots * h * e),
+        Op(**{**up_op.__dict__, "gemm_mnk": per_mnk + (up_op.gemm_mnk or (1, 1, 1))[1:]}),
+        _activation(shape, "experts_activation", slots * inner),
+        Op(**{**down_op.__dict__, "gemm_mnk": per_mnk + (down_op.gemm_mnk or (1, 1, 1))[1:]}),
+        _memory_op("combine", "elementwise", slots * h, 2.0, (slots * h + tokens * h) * e),
+    )
+
+
+def block_ops(
+    shape: TransformerShape,
+    *,
+    microbatch: int,
+    tp: int,
+    sp: bool,
+    cp: int,
+    flash_attention: bool,
+    ep: int = 1,
+    capacity_factor: float = 1.0,
+    layer: int = 0,
+) -> tuple[Op, ...]:
+    """Forward kernels of block ``layer`` for one micro-batch on one device, in execution order.
+
+    The TP/SP/CP/EP communication between them is the plan's (not listed here).
+    """
+    e, h = shape.bytes_per_element, shape.hidden
+    tokens = _tokens(shape, microbatch, cp)
+    seq_tokens = tokens / tp if sp else tokens  # norms, dropout and residuals under SP
+    heads = shape.heads / tp
+    kv = _kv_heads_local(shape, tp)
+    ops: list[Op] = [
+        _norm(shape, "attn_norm", seq_tokens),
+        _gemm("qkv", tokens, (heads + 2.0 * kv) * shape.head_dim, h, e),
+    ]
+    if shape.position == "rope":
+        elements = tokens * (heads + kv) * shape.head_dim
+        ops.append(_memory_op("rope", "elementwise", elements, 3.0, 2.0 * elements * e))
+    ops.extend(attention_ops(shape, microbatch=microbatch, tp=tp, cp=cp, flash_attention=flash_attention))
+    ops.append(_gemm("proj", tokens, h, heads * shape.head_dim, e))
+    ops.append(_residual(shape, "attn_residual", seq_tokens))
+    ops.append(_norm(shape, "mlp_norm", seq_tokens))
+    if shape.is_moe(layer):
+        ops.extend(_moe_mlp(shape, tokens, tp=tp, sp=sp, ep=ep, capacity_factor=capacity_factor))
+    else:
+        ops.extend(_dense_mlp(shape, tokens, tp))
+    ops.append(_residual(shape, "mlp_residual", seq_tokens))
+    return tuple(ops)
+
+
+def embedding_ops(shape: TransformerShape, *, microbatch: int, tp: int, cp: int) -> tuple[Op, ...]:
+    """The (vocabulary-parallel) token lookup, and the position add and dropout when learned.
+
+    Each TP rank reads the rows of its ``V / tp`` slice and writes a full ``T x h`` partial (the
+    plan's all-reduce or reduce-scatter sums them).
+    """
+    e, h = shape.bytes_per_element, shape.hidden
+    tokens = _tokens(shape, microbatch, cp)
+    lookup = tokens * h * e * (1.0 + 1.0 / tp) + 8.0 * tokens  # rows read, partial written, int64 ids
+    ops = [_memory_op("embedding", "embedding", tokens * h, 0.0, lookup)]
+    if shape.position == "learned" or shape.dropout:
+        mask = MASK_BYTES if shape.dropout else 0.0
+        ops.append(_memory_op("embedding_add", "elementwise", tokens * h, 2.0, tokens * h * (3.0 * e + mask)))
+    return tuple(ops)
+
+
+def head_ops(
+    shape: TransformerShape, *, microbatch: int, tp: int, cp: int, sp: bool = False
+) -> tuple[Op, ...]:
+    """The final norm, the logits GEMM (vocabulary split over ``tp``) and the cross-entropy.
+
+    The loss is Megatron's vocabulary-parallel cross-entropy: the logits are read, upcast to fp32
+    and normalised (~5 FLOPs an element, ``e + 8`` bytes).
+    """
+    e, h = shape.bytes_per_element, shape.hidden
+    tokens = _tokens(shape, microbatch, cp)
+    vocab = shape.vocabulary / tp
+    logits = tokens * vocab
+    return (
+        _norm(shape, "final_norm", tokens / tp if sp else tokens),
+        _gemm("logits", tokens, vocab, h, e),
+        _memory_op("loss", "loss", logits, 5.0, logits * (e + 8.0)),
+    )
+
+
+# -- activation memory ----------------------------------------------------------------------------
+
+
+def activation_coefficients(shape: TransformerShape, layer: int = 0) -> tuple[float, float]:
+    """Korthikanti's per-layer activation bytes as ``(c1, c2)``: ``s b h c1 + a s^2 b c2``.
+
+    For 16-bit activations and byte masks, without parallelism or recomputation. GPT's block gives
+    ``(34, 5)``: attention 11 (QKV input 2, Q and K 4, V 2, projection input 2, dropout mask 1),
+    MLP 19 (input 2, GELU input 8, second GEMM input 8, mask 1), two norm inputs 4; the core's
+    softmax output 2, its dropout mask 1 and dropout output 2 per score. Generalised: K and V scale
+    with ``kv_heads``; the FFN's with its width (SwiGLU keeps three inner tensors); an MoE block
+    keeps the fp32 router logits and, per routed copy, its input, inner tensors and output; no
+    dropout drops the masks and the dropout output.
+    """
+    h = shape.hidden
+    q, kv = shape.q_width / h, shape.kv_width / h
+    mask = MASK_BYTES if shape.dropout else 0.0
+    attention = 2.0 + 2.0 * q + 4.0 * kv + 2.0 * q + mask
+    inner_tensors = 3.0 if shape.activation == "swiglu" else 2.0
+    if shape.is_moe(layer):
+        ratio = shape.moe_ffn_hidden / h
+        copies = float(shape.top_k)
+        mlp = 2.0 + 4.0 * shape.experts / h + copies * (4.0 + 2.0 * inner_tensors * ratio) + mask
+    else:
+        mlp = 2.0 + 2.0 * inner_tensors * shape.ffn_hidden / h + mask
+    core = 5.0 if shape.dropout else 2.0
+    return attention + mlp + 4.0, core
+
+
+def _split_coefficients(shape: TransformerShape, layer: int) -> tuple[float, float]:
+    """``c1`` split into the part TP leaves whole (norm inputs, QKV/MLP inputs, masks) and the rest."""
+    c1, _ = activation_coefficients(shape, layer)
+    mask = MASK_BYTES if shape.dropout else 0.0
+    whole = 4.0 + 2.0 + mask + 2.0 + mask  # two norm inputs; QKV input, attention mask; MLP input, mask
+    if shape.is_moe(layer):
+        whole += 4.0 * shape.experts / shape.hidden  # the router runs on every token of the TP group
+    return whole, c1 - whole
+
+
+def block_activation_bytes(
+    shape: TransformerShape,
+    *,
+    microbatch: int,
+    tp: int,
+    sp: bool,
+    cp: int,
+    recompute: Recompute,
+    flash_attention: bool,
+    layer: int = 0,
+) -> float:
+    """Bytes block ``layer`` keeps for backward on one device, per micro-batch.
+
+    Korthikanti et al. 2022, Table 2 (``s`` here is the local ``S / cp``):
+
+    ============================  =====================================
+    no parallelism                ``s b h (34 + 5 a s / h)``
+    tensor parallel               ``s b h (10 + 24 / t + 5 a s / (h t))``
+    tensor + sequence parallel    ``s b h / t (34 + 5 a s / h)``
+    ... + selective recompute     the ``a s^2`` term dropped
+    full recompute                ``2 s b h`` (``/ t`` with SP: the sharded input is what is kept)
+    ============================  =====================================
+
+    Generalised by :func:`activation_coefficients`. With ``flash_attention`` the ``s^2`` term is
+    never stored: FlashAttention keeps its output (already counted) and an fp32 log-sum-exp per
+    query and head (``4 a s b / t``). With context parallelism the score term covers the local
+    ``s`` queries against all ``S`` keys. Activations of ``bytes_per_element`` other than 2 scale the
+    16-bit terms; masks stay one byte.
+    """
+    s = shape.sequence_length / cp
+    b, t = microbatch, tp
+    scale = shape.bytes_per_element / 2.0
+    sbh = s * b * shape.hidden
+    if recompute == "full":
+        return 2.0 * sbh * scale / (t if sp else 1)
+    whole, split = _split_coefficients(shape, layer)
+    masks = 2.0 * MASK_BYTES if shape.dropout else 0.0  # bytes whatever the activations' dtype
+    whole_bytes = (whole - masks) * scale + masks
+    split_bytes = split * scale
+    per_sbh = (whole_bytes + split_bytes) / t if sp else whole_bytes + split_bytes / t
+    memory = sbh * per_sbh
+    if flash_attention:
+        memory += 4.0 * shape.heads * s * b / t
+    elif recompute != "selective":
+        # softmax and dropout outputs (16-bit) and the dropout mask (byte); without dropout the softmax
+        per_score = (4.0 * scale + MASK_BYTES) if shape.dropout else 2.0 * scale
+        memory += shape.heads * s * shape.sequence_length * b * per_score / t
+    return memory

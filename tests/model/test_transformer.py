@@ -1,0 +1,262 @@
+"""The transformer as kernels: shapes, per-device ops under TP/SP/CP/EP, Korthikanti's activations."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parplan.config.model import ModelSpec, TransformerGenerator
+from parplan.model.graph import build_model, transformer_params
+from parplan.model.transformer import (
+    CAUSAL_FRACTION,
+    TransformerShape,
+    block_activation_bytes,
+    block_ops,
+    embedding_ops,
+    head_ops,
+    model_flops_per_token,
+    shape_of,
+    shape_of_generator,
+)
+
+GPT_1_3B: dict[str, Any] = {
+    "kind": "transformer",
+    "layers": 24,
+    "hidden": 2048,
+    "heads": 16,
+    "seq_len": 2048,
+    "vocab": 50257,
+}
+
+
+def gpt(**fields: Any) -> TransformerShape:
+    """A GPT block of the given sizes (Korthikanti et al.'s setting: dropout, GELU 4h, fp16)."""
+    gen = TransformerGenerator.model_validate({**GPT_1_3B, **fields})
+    return shape_of_generator(gen, 2.0)
+
+
+def matmul_flops(ops: tuple[Any, ...]) -> float:
+    return sum(o.flops for o in ops if o.kind in ("gemm", "attention"))
+
+
+def test_shape_of_a_generated_model_and_of_others() -> None:
+    m = build_model(ModelSpec.model_validate({"name": "xl", "generator": GPT_1_3B}))
+    shape = shape_of(m)
+    assert shape is not None
+    assert (shape.layers, shape.hidden, shape.heads, shape.kv_heads) == (24, 2048, 16, 16)
+    assert (shape.ffn_hidden, shape.vocabulary, shape.sequence_length) == (8192, 50257, 2048)
+    assert shape.head_dim == 128 and shape.name == "xl"
+    assert shape.total_params() == m.total_params
+    assert shape.block_params(3) == m.node("block3").params
+    assert shape.embedding_params() == m.node("embedding").params
+    assert shape.head_params() == m.node("head").params == 0.0
+    mlp = build_model(ModelSpec.model_validate({"generator": {"kind": "mlp", "widths": [4, 3]}}))
+    assert shape_of(mlp) is None
+
+
+def test_block_ops_sum_to_the_node_flops_without_parallelism() -> None:
+    m = build_model(ModelSpec.model_validate({"generator": GPT_1_3B}))
+    shape = shape_of(m)
+    assert shape is not None
+    ops = block_ops(shape, microbatch=1, tp=1, sp=False, cp=1, flash_attention=False)
+    assert [o.name for o in ops] == [
+        "attn_norm", "qkv", "attn_scores", "softmax", "attn_context", "proj",
+        "attn_residual", "mlp_norm", "mlp_up", "mlp_activation", "mlp_down", "mlp_residual",
+    ]  # fmt: skip
+    assert matmul_flops(ops) == m.node("block0").forward_flops_per_sample
+    qkv = ops[1]
+    assert qkv.gemm_mnk == (2048, 3 * 2048, 2048)
+    assert qkv.flops == 2 * 2048 * 3 * 2048 * 2048
+    assert qkv.backward_flops_factor == 2.0
+    # FlashAttention executes half the score blocks under the causal mask
+    flash = block_ops(shape, microbatch=1, tp=1, sp=False, cp=1, flash_attention=True)
+    attn = next(o for o in flash if o.name == "attention")
+    assert attn.flops == 4 * 2048 * 2048 * 2048 * CAUSAL_FRACTION
+    assert attn.backward_flops_factor == 2.5
+    assert attn.bytes_moved < next(o for o in ops if o.name == "softmax").bytes_moved
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    tp=st.sampled_from([1, 2, 4, 8, 16]),
+    cp=st.sampled_from([1, 2, 4]),
+    b=st.integers(1, 4),
+    sp=st.booleans(),
+    flash=st.booleans(),
+)
+def test_tp_and_cp_split_the_work_evenly(tp: int, cp: int, b: int, sp: bool, flash: bool) -> None:
+    shape = gpt()
+    whole = block_ops(shape, microbatch=b, tp=1, sp=False, cp=1, flash_attention=flash)
+    part = block_ops(shape, microbatch=b, tp=tp, sp=sp, cp=cp, flash_attention=flash)
+    assert matmul_flops(part) * tp * cp == pytest.approx(matmul_flops(whole))
+    norms = [o for o in part if o.kind == "norm"]
+    factor = tp if sp else 1
+    base = [o for o in whole if o.kind == "norm"]
+    for n, w in zip(norms, base, strict=True):
+        assert n.bytes_moved * factor * cp == pytest.approx(w.bytes_moved)
+
+
+def test_embedding_and_head_ops() -> None:
+    shape = gpt()
+    (lookup, add) = embedding_ops(shape, microbatch=2, tp=4, cp=1)
+    assert lookup.flops == 0.0 and lookup.kind == "embedding"
+    assert add.kind == "elementwise"
+    norm, logits, loss = head_ops(shape, microbatch=2, tp=4, cp=2)
+    tokens = 2 * 2048 / 2
+    assert logits.flops == 2 * tokens * (50257 / 4) * 2048
+    assert logits.gemm_mnk == (2048, 12565, 2048)
+    assert loss.kind == "loss" and norm.kind == "norm"
+    rope = replace(shape, position="rope", dropout=False)
+    assert len(embedding_ops(rope, microbatch=1, tp=1, cp=1)) == 1
+
+
+# -- Korthikanti et al. 2022, Table 2 -----------------------------------------------------------
+
+# Table 3 of the paper: the models it measures (s = 2048, t = 8, micro-batch 1; 22B with b = 4)
+PAPER = {
+    "22B": {"heads": 64, "hidden": 6144, "b": 4},
+    "175B": {"heads": 96, "hidden": 12288, "b": 1},
+    "530B": {"heads": 128, "hidden": 20480, "b": 1},
+    "1T": {"heads": 160, "hidden": 25600, "b": 1},
+}
+
+
+@pytest.mark.parametrize("name", list(PAPER))
+def test_table_2_of_korthikanti(name: str) -> None:
+    cfg = PAPER[name]
+    a, h, b, s, t = cfg["heads"], cfg["hidden"], cfg["b"], 2048, 8
+    shape = gpt(heads=a, hidden=h)
+
+    def act(tp: int, sp: bool, recompute: Any) -> float:
+        return block_activation_bytes(
+            shape, microbatch=b, tp=tp, sp=sp, cp=1, recompute=recompute, flash_attention=False
+        )
+
+    sbh = s * b * h
+    assert act(1, False, "none") == pytest.approx(sbh * (34 + 5 * a * s / h))
+    assert act(t, False, "none") == pytest.approx(sbh * (10 + 24 / t + 5 * a * s / (h * t)))
+    assert act(t, True, "none") == pytest.approx(sbh * (34 / t + 5 * a * s / (h * t)))
+    assert act(t, False, "selective") == pytest.approx(sbh * (10 + 24 / t))
+    assert act(t, True, "selective") == pytest.approx(sbh * 34 / t)
+    assert act(1, False, "full") == pytest.approx(2 * sbh)
+
+
+def test_selective_recomputation_saves_seventy_percent_on_gpt3() -> None:
+    # Section 5 of the paper: for GPT-3 175B, 5as/h = 80, so keeping only the 34 saves 70%
+    shape = gpt(heads=96, hidden=12288)
+    kw: Any = {"microbatch": 1, "tp": 8, "sp": True, "cp": 1, "flash_attention": False}
+    full = block_activation_bytes(shape, recompute="none", **kw)
+    selective = block_activation_bytes(shape, recompute="selective", **kw)
+    assert 1 - selective / full == pytest.approx(80 / 114)
+
+
+def test_node_saved_bytes_match_the_per_device_formula() -> None:
+    m = build_model(ModelSpec.model_validate({"generator": GPT_1_3B}))
+    shape = shape_of(m)
+    assert shape is not None
+    saved = block_activation_bytes(
+        shape, microbatch=1, tp=1, sp=False, cp=1, recompute="none", flash_attention=False
+    )
+    assert saved == m.node("block0").saved_bytes_per_sample
+
+
+def test_flash_attention_drops_the_quadratic_term() -> None:
+    shape = gpt(heads=96, hidden=12288)
+    kw: Any = {"microbatch": 1, "tp": 8, "sp": True, "cp": 1, "recompute": "none"}
+    flash = block_activation_bytes(shape, flash_attention=True, **kw)
+    sbh = 2048 * 12288
+    assert flash == pytest.approx(sbh * 34 / 8 + 4 * 96 * 2048 / 8)
+    # CP divides the local sequence
+    cp = block_activation_bytes(shape, flash_attention=True, **{**kw, "cp": 2})
+    assert cp == pytest.approx(flash / 2)
+
+
+def test_generalised_activations_gqa_swiglu_no_dropout() -> None:
+    llama = gpt(heads=32, hidden=4096, kv_heads=8, ffn_hidden=14336, activation="swiglu", dropout=False)
+    c1 = (2 + 2 + 4 * 0.25 + 2) + (2 + 6 * 14336 / 4096) + 4
+    s, h = 2048, 4096
+    got = block_activation_bytes(
+        llama, microbatch=1, tp=1, sp=False, cp=1, recompute="none", flash_attention=True
+    )
+    assert got == pytest.approx(s * h * c1 + 4 * 32 * s)
+    # fp32 activations double the 16-bit terms; the byte masks stay
+    fp32 = replace(gpt(), bytes_per_element=4.0)
+    kw: Any = {"microbatch": 1, "tp": 1, "sp": False, "cp": 1, "recompute": "selective"}
+    assert block_activation_bytes(fp32, flash_attention=False, **kw) == pytest.approx(
+        2048 * 2048 * (32 * 2 + 2)
+    )
+
+
+# -- variants -------------------------------------------------------------------------------------
+
+
+def test_gqa_swiglu_rmsnorm_no_bias_params() -> None:
+    gen = TransformerGenerator.model_validate(
+        {
+            **GPT_1_3B,
+            "hidden": 4096,
+            "heads": 32,
+            "kv_heads": 8,
+            "ffn_hidden": 14336,
+            "activation": "swiglu",
+            "norm": "rmsnorm",
+            "bias": False,
+            "position": "rope",
+        }
+    )
+    h, f = 4096, 14336
+    block = h * (h + 2 * 1024) + h * h + 3 * h * f + 2 * h
+    shape = shape_of_generator(gen)
+    assert shape.block_params() == block
+    m = build_model(ModelSpec(generator=gen))
+    assert m.node("block0").params == block
+    assert m.node("embedding").params == 50257 * h  # no position table with RoPE
+    assert transformer_params(gen) == m.total_params == shape.total_params()
+    assert m.node("block0").forward_flops_per_sample == pytest.approx(
+        2 * (block - 2 * h) * 2048 + 4 * 2048 * 2048 * h
+    )
+
+
+def test_moe_blocks() -> None:
+    gen = TransformerGenerator.model_validate(
+        {**GPT_1_3B, "experts": 8, "top_k": 2, "moe_every": 2, "activation": "swiglu", "bias": False}
+    )
+    shape = shape_of_generator(gen)
+    m = build_model(ModelSpec(generator=gen))
+    assert shape.is_moe(0) and not shape.is_moe(1)
+    h, f = 2048, 8192
+    expert = 3 * h * f
+    assert shape.block_params(0) - shape.block_params(1) == 7 * expert + 8 * h
+    assert m.node("block0").params == shape.block_params(0)
+    assert m.node("block1").params == shape.block_params(1)
+    assert shape.expert_params(0) == 8 * expert and shape.expert_params(1) == 0
+    assert shape.active_block_params(0) == shape.block_params(1) + expert + 8 * h
+    ops = block_ops(shape, microbatch=1, tp=2, sp=True, cp=1, flash_attention=True, ep=4, layer=0)
+    names = [o.name for o in ops]
+    assert "router" in names and "experts_up" in names and "mlp_up" not in names
+    up = next(o for o in ops if o.name == "experts_up")
+    assert up.flops == 2 * (2048 * 2) * (2 * f / 2) * h  # T x top_k slots, gate+up split over tp
+    assert up.gemm_mnk == (2048 * 2 // 2, f, h)  # per local expert: 4096 slots over 2 experts
+    dense = block_ops(shape, microbatch=1, tp=2, sp=True, cp=1, flash_attention=True, layer=1)
+    assert "mlp_up" in [o.name for o in dense]
+    # the node's FLOPs see the active experts only
+    assert m.node("block0").forward_flops_per_sample == pytest.approx(
+        2 * (shape.active_block_params(0) - 4 * h) * 2048 + 4 * 2048 * 2048 * h
+    )
+
+
+def test_model_flops_per_token_is_the_palm_formula() -> None:
+    shape = gpt()
+    n = 24 * shape.block_params() + 50257 * 2048
+    assert model_flops_per_token(shape) == 6 * n + 12 * 24 * 2048 * 2048
+
+
+def test_generator_rejects_bad_grouping() -> None:
+    with pytest.raises(ValueError, match="kv_heads"):
+        TransformerGenerator.model_validate({**GPT_1_3B, "kv_heads": 3})
+    with pytest.raises(ValueError, match="top_k"):
+        TransformerGenerator.model_validate({**GPT_1_3B, "experts": 2, "top_k": 4})
