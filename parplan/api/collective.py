@@ -59,7 +59,8 @@ _ALL_PAIRS_UP_TO = 64
 
 def bus_factor(collective: str, num_ranks: int) -> float:
     """nccl-tests' busbw over algbw for ``collective`` on ``num_ranks`` ranks: ``2(p-1)/p`` for an
-    all-reduce, ``(p-1)/p`` for an all-gather or reduce-scatter, 1 for a broadcast or reduce
+    all-reduce, ``(p-1)/p`` for an all-gather, reduce-scatter or all-to-all (alltoall_perf's),
+    1 for a broadcast or reduce
     (0 on one rank, where nothing moves).
 
     >>> bus_factor("all_reduce", 4), bus_factor("all_gather", 4), bus_factor("broadcast", 4)
@@ -69,7 +70,7 @@ def bus_factor(collective: str, num_ranks: int) -> float:
         return 0.0
     if collective == "all_reduce":
         return 2.0 * (num_ranks - 1) / num_ranks
-    if collective in ("all_gather", "reduce_scatter"):
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
         return (num_ranks - 1) / num_ranks
     return 1.0
 
@@ -495,7 +496,7 @@ def _check(
     if fit.steps <= CHECK_STEP_BUDGET:
         if progress is not None:
             progress(f"checking {fit.algorithm} {row.size_bytes:.0f} B")
-        run = CollectiveRun.as_named(spec, network.transport)
+        run = CollectiveRun.as_named(spec, network.transport, collective=collective)
         result, _ = _simulate(
             network, devices, run, row.count, element_bytes, groups, gamma_s_per_byte, collective
         )

@@ -35,13 +35,14 @@ if TYPE_CHECKING:
 
 BACKEND = "backend"
 """The algorithm name of the backend's own collective."""
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-"""The collectives ``parplan measure`` times (torch.distributed has each as one call)."""
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+"""The collectives ``parplan measure`` times (torch.distributed has each as one call, gloo too:
+``all_to_all_single``)."""
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
 """Element types the ranks can time (torch names)."""
 BACKEND_MODEL = {"gloo": "ring", "nccl": "auto"}
-"""The parplan all-reduce algorithm that predicts each backend's own (gloo runs a ring;
-NCCL chooses per size, as parplan's ``auto`` models)."""
+"""The parplan algorithm that predicts each backend's own (gloo runs a ring, and its all-to-all
+is the linear shift parplan calls ``ring``; NCCL chooses per size, as parplan's ``auto`` models)."""
 
 
 def default_ranks() -> int:

@@ -4,10 +4,11 @@
     parplan collective --cluster CLUSTER -a all -b 8 -e 1GiB -f 2
     parplan collective --cluster CLUSTER --collective all_gather -b 1KiB -e 1GiB
 
-``--collective`` picks all_reduce (the default), all_gather, reduce_scatter, broadcast or reduce;
-busbw follows nccl-tests for each (all-reduce 2(p-1)/p x algbw, all-gather and reduce-scatter
-(p-1)/p, broadcast and reduce 1). Without ``--algorithm`` every collective is timed with ``auto``
-(NCCL's pick per size; the collective's ring on a cluster that names no GPU architecture).
+``--collective`` picks all_reduce (the default), all_gather, reduce_scatter, broadcast, reduce or
+all_to_all; busbw follows nccl-tests for each (all-reduce 2(p-1)/p x algbw, all-gather,
+reduce-scatter and all-to-all (p-1)/p, broadcast and reduce 1). Without ``--algorithm`` every
+collective is timed with ``auto`` (NCCL's pick per size; the collective's ring on a cluster that
+names no GPU architecture, pairwise for an all-to-all).
 
 Prints a row per size with the size, the element count, the time (us) and nccl-tests' algbw and
 busbw (GB/s). ``--algorithm all`` (or a comma list) compares algorithms side by side and marks the
@@ -63,7 +64,7 @@ def collective(
         str,
         typer.Option(
             "--collective",
-            help="all_reduce, all_gather, reduce_scatter, broadcast or reduce.",
+            help="all_reduce, all_gather, reduce_scatter, broadcast, reduce or all_to_all.",
         ),
     ] = "all_reduce",
     protocol: Annotated[

@@ -60,7 +60,7 @@ def measure(
         ),
     ] = "backend",
     collective_name: Annotated[
-        str, typer.Option("--collective", help="all_reduce, all_gather or reduce_scatter.")
+        str, typer.Option("--collective", help="all_reduce, all_gather, reduce_scatter or all_to_all.")
     ] = "all_reduce",
     backend: Annotated[
         str, typer.Option("--backend", help="auto (nccl with CUDA, else gloo), gloo or nccl.")

@@ -5,7 +5,7 @@ An algorithm is one object, defined in its own module (``ring.ALL_REDUCE``, ``tr
 question parplan asks about it, so no other module branches on algorithm names:
 
 - which collective it computes (:attr:`Algorithm.collective`: ``all_reduce``, ``reduce_scatter``,
-  ``all_gather``, ``reduce`` or ``broadcast``) and its :attr:`~Algorithm.name` (unique per
+  ``all_gather``, ``reduce``, ``broadcast`` or ``all_to_all``) and its :attr:`~Algorithm.name` (unique per
   collective);
 - its spec (:attr:`~Algorithm.spec_type`, a :class:`AlgorithmSpecBase` tagged by ``name``), the
   parameter its short form sets (``tree:4`` sets ``arity``), its label and table abbreviation;
@@ -104,6 +104,7 @@ BANDWIDTH_FACTORS: dict[str, float] = {
     "all_reduce": 2.0,
     "reduce_scatter": 1.0,
     "all_gather": 1.0,
+    "all_to_all": 1.0,
 }
 """Bytes each rank must move, in units of ``(p-1)/p n``, per collective with such a bound (rooted
 collectives: the root moves ``n``, see :func:`bandwidth_bound_bytes`)."""
@@ -111,7 +112,7 @@ collectives: the root moves ``n``, see :func:`bandwidth_bound_bytes`)."""
 
 def bandwidth_bound_bytes(collective: str, num_ranks: int, size_bytes: float) -> float:
     """Fewest bytes some rank must send or receive through its port: ``2(p-1)/p n`` for an
-    all-reduce, ``(p-1)/p n`` for a reduce-scatter or all-gather, ``n`` at the root of a reduce
+    all-reduce, ``(p-1)/p n`` for a reduce-scatter, all-gather or all-to-all, ``n`` at the root of a reduce
     or broadcast (none on one rank).
 
     >>> bandwidth_bound_bytes("all_reduce", 4, 100.0), bandwidth_bound_bytes("reduce", 4, 100.0)

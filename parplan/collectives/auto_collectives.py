@@ -11,6 +11,14 @@ NCCL's channels; the ring broadcast and reduce
 protocol's buffer (:data:`~parplan.collectives.auto.CHUNK_BYTES`) of each channel's part, so labels
 read ``auto=ring/simple/8ch/16seg``. The root of a broadcast or reduce is rank 0.
 
+An all-to-all is not in NCCL's tuner: NCCL always runs it as point-to-point sends and receives, so
+``auto`` is ``pairwise`` (:mod:`parplan.collectives.all_to_all`) on NCCL's p2p channels with NCCL's
+p2p protocol (LL up to :data:`~parplan.collectives.all_to_all.P2P_LL_THRESHOLD_BYTES` per peer,
+Simple above; :func:`choose_all_to_all`), labelled ``auto=pairwise/simple/2ch``. Without a system
+it is the cheaper of ``pairwise`` and ``bruck`` by their closed forms, which in this engine's
+postal model (a rank's concurrent messages pay one latency) is always ``pairwise``: Bruck pays a
+latency per round and moves ``sum popcount(d) >= p-1`` blocks.
+
 Without a system (no GPU architecture in the cluster file) ``auto`` is the collective's ring with
 NCCL's Simple protocol: :meth:`AutoCollective.build`, the closed form and the volumes are the
 ring's with its defaults, so the registry-wide invariants hold for it too.
@@ -23,9 +31,9 @@ import math
 import re
 from typing import Any, ClassVar
 
-from parplan.collectives import ring_halves, ring_rooted
+from parplan.collectives import all_to_all, all_to_all_bruck, ring_halves, ring_rooted
 from parplan.collectives.algorithm import Algorithm, AlgorithmSpecBase, Groups, Traffic, UniformCost
-from parplan.collectives.auto import CHUNK_BYTES, AutoAlgorithm, AutoChoice, choose
+from parplan.collectives.auto import CHUNK_BYTES, AutoAlgorithm, AutoChoice, _forced_protocol, choose
 from parplan.collectives.nccl_search import NcclSystem
 from parplan.collectives.schedule import Schedule
 
@@ -53,6 +61,8 @@ def choose_for(
     """What ``auto`` runs for ``collective`` at ``size_bytes`` on ``system``:
     :func:`~parplan.collectives.auto.choose`, with the spec made one of ``registered``'s (the
     collective's registry) and, for a chain, NCCL's segments."""
+    if collective == "all_to_all":
+        return choose_all_to_all(spec, system, size_bytes)
     choice = choose(spec, system, size_bytes, registered, collective)
     if collective == "all_reduce":
         return choice
@@ -72,6 +82,27 @@ def choose_for(
     if "channels" not in fields and choice.nccl is not None:
         rate *= choice.nccl.channels  # a schedule without channels stands for all of NCCL's
     return dataclasses.replace(choice, spec=concrete, label=label, channel_rate_Bps=rate)
+
+
+def choose_all_to_all(spec: AutoAlgorithm, system: NcclSystem | None, size_bytes: float) -> AutoChoice:
+    """What ``auto`` runs for an all-to-all of ``size_bytes`` per rank: ``pairwise``; on a system,
+    on NCCL's p2p channels per peer, with LL where each peer's message (``size / p``) is at most
+    :data:`~parplan.collectives.all_to_all.P2P_LL_THRESHOLD_BYTES` and Simple above (a protocol
+    the spec forces wins); without one, with Simple (see the module docstring).
+
+    >>> choose_all_to_all(AutoAlgorithm(name="auto"), None, 2**20).label
+    'auto=pairwise/simple'
+    """
+    forced = _forced_protocol(spec)
+    if system is None:
+        protocol = forced or "simple"
+        return AutoChoice(all_to_all.PAIRWISE.default_spec(), protocol, f"auto=pairwise/{protocol}")
+    ranks = max(system.n_nodes * system.ranks_per_node, 1)
+    per_peer = size_bytes / ranks
+    protocol = forced or ("ll" if per_peer <= all_to_all.P2P_LL_THRESHOLD_BYTES else "simple")
+    channels = all_to_all.P2P_CHANNELS_PER_PEER
+    concrete = all_to_all.PairwiseSpec(name="pairwise", channels=channels)
+    return AutoChoice(concrete, protocol, f"auto=pairwise/{protocol}/{channels}ch")
 
 
 class AutoCollective(Algorithm[AutoAlgorithm]):
@@ -130,7 +161,25 @@ class AutoReduce(AutoCollective):
     fallback = ring_rooted.REDUCE
 
 
+class AutoAllToAll(AutoCollective):
+    """``auto`` all-to-all: ``pairwise`` (see :func:`choose_all_to_all`); its closed form is the
+    cheaper of pairwise's and Bruck's, which is pairwise's (see the module docstring)."""
+
+    collective = "all_to_all"
+    fallback = all_to_all.PAIRWISE
+
+    def closed_form_s(
+        self, spec: AutoAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost, groups: Groups | None
+    ) -> float:
+        bruck = all_to_all_bruck.BRUCK
+        return min(
+            super().closed_form_s(spec, num_ranks, size_bytes, cost, groups),
+            bruck.closed_form_s(bruck.default_spec(), num_ranks, size_bytes, cost, groups),
+        )
+
+
 REDUCE_SCATTER = AutoReduceScatter()
 ALL_GATHER = AutoAllGather()
 BROADCAST = AutoBroadcast()
 REDUCE = AutoReduce()
+ALL_TO_ALL = AutoAllToAll()

@@ -36,6 +36,9 @@ Any violation raises :class:`~parplan.errors.CollectiveError` naming the step. E
 tracked in *atoms*, the maximal ranges no step boundary cuts, so the bookkeeping costs per step,
 not per element.
 
+An ``all_to_all`` is a permutation, not a reduction: its steps copy into a slot of the receiver's
+buffer, so :mod:`parplan.collectives._permute_plane` runs it with the same checks, per element.
+
 Switch ranks (ids ``num_ranks ..``, :class:`~parplan.collectives.schedule.SwitchRank`) take part like
 ranks, but start with zeros and no contribution (they only send what was reduced into them), have
 no output and get no array from the caller. Bytes moved are counted per endpoint (sent, received,
@@ -51,7 +54,9 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from parplan.collectives.schedule import IntArray, Schedule, chunk_bounds
+from parplan.collectives._permute_plane import reference_permutation, run_permutation
+from parplan.collectives._races import check_races as _check_races
+from parplan.collectives.schedule import IntArray, Schedule, all_to_all_block, chunk_bounds
 from parplan.errors import CollectiveError
 
 Op = Literal["sum", "mean"]
@@ -91,9 +96,11 @@ def output_region(schedule: Schedule, rank: int) -> tuple[int, int] | None:
     """The element range ``[lo, hi)`` of ``rank``'s final array the collective defines, or None.
 
     All-reduce, all-gather and broadcast define every rank's whole tensor, reduce only the root's,
-    reduce-scatter rank ``r``'s chunk ``r`` of ``chunk_bounds(n, p)``.
+    reduce-scatter rank ``r``'s chunk ``r`` of ``chunk_bounds(n, p)``, all-to-all its ``p`` slots.
     """
     n, p = schedule.num_elements, schedule.num_ranks
+    if schedule.collective == "all_to_all":
+        return 0, p * all_to_all_block(n, p)
     if schedule.collective == "reduce":
         return (0, n) if rank == schedule.root else None
     if schedule.collective == "reduce_scatter":
@@ -112,6 +119,8 @@ def reference_outputs(
     """
     p, n = schedule.num_ranks, schedule.num_elements
     stack = np.stack([np.asarray(a) for a in arrays]) if p else np.zeros((0, n))
+    if schedule.collective == "all_to_all":
+        return list(reference_permutation(stack))
     if schedule.collective in REDUCING:
         total = np.add.reduce(stack, axis=0, dtype=stack.dtype)
         if op == "mean":
@@ -184,9 +193,13 @@ def run_schedule(
     if schedule.collective in ("reduce", "broadcast") and schedule.root is None:
         raise CollectiveError(f"a {schedule.collective} schedule needs a root")
 
-    dep_kinds = _execute(
-        schedule, data, exact_deps=exact_deps, race_check=schedule.num_steps <= race_check_limit
-    )
+    race_check = schedule.num_steps <= race_check_limit
+    if schedule.collective == "all_to_all":
+        data[:p], dep_kinds = run_permutation(
+            schedule, data[:p], exact_deps=exact_deps, race_check=race_check
+        )
+    else:
+        dep_kinds = _execute(schedule, data, exact_deps=exact_deps, race_check=race_check)
 
     if op == "mean":
         for r in range(p):
@@ -369,53 +382,6 @@ def _live_writers(
     hit = (schedule.dst[:step] == rank) & (atom_lo[:step] <= atom) & (atom_hi[:step] > atom)
     hit &= earlier >= overwrite
     return [int(x) for x in earlier[hit]]
-
-
-def _check_races(
-    name: str,
-    j: int,
-    s: int,
-    d: int,
-    lo: int,
-    hi: int,
-    reduce: bool,
-    anc: int,
-    atoms: int,
-    last_overwrite: IntArray,
-    readers: dict[int, list[int]],
-    reducers: dict[int, list[int]],
-) -> None:
-    """Check step ``j`` is ordered after every conflicting earlier access, then record its own."""
-
-    def ordered(x: int) -> bool:
-        return bool((anc >> x) & 1)
-
-    for atom in range(lo, hi):
-        key = s * atoms + atom
-        ow = int(last_overwrite[s, atom])
-        for x in ([ow] if ow >= 0 else []) + reducers.get(key, []):
-            if not ordered(x):
-                raise CollectiveError(
-                    f"{name}: step {j} reads data of rank {s} that step {x} writes, unordered"
-                )
-        readers.setdefault(key, []).append(j)
-    for atom in range(lo, hi):
-        key = d * atoms + atom
-        ow = int(last_overwrite[d, atom])
-        conflicting = ([ow] if ow >= 0 else []) + readers.get(key, [])
-        if not reduce:
-            conflicting += reducers.get(key, [])
-        for x in conflicting:
-            if not ordered(x):
-                raise CollectiveError(
-                    f"{name}: race: step {j} writes data of rank {d} that step {x} also uses, and "
-                    f"neither depends on the other"
-                )
-        if reduce:
-            reducers.setdefault(key, []).append(j)
-        else:
-            readers[key] = []
-            reducers[key] = []
 
 
 def _check_final(schedule: Schedule, mask: npt.NDArray[np.uint64], breaks: IntArray) -> None:

@@ -1,7 +1,7 @@
 """The registry of collective algorithms: one line per algorithm module, a default, one entry point.
 
 Algorithms are registered per collective (``all_reduce``, ``reduce_scatter``, ``all_gather``,
-``reduce``, ``broadcast``); a name is unique within its collective. Everything else asks the
+``reduce``, ``broadcast``, ``all_to_all``); a name is unique within its collective. Everything else asks the
 registry: the config union of :mod:`parplan.collectives.specs`, the short forms, the closed forms
 of :mod:`parplan.engine.analytic`, the volumes, the data-parallel expander and ``parplan
 collective``. Adding an algorithm is a module with an :class:`~parplan.collectives.algorithm.Algorithm`
@@ -27,6 +27,9 @@ from typing import Annotated, Any
 from pydantic import Field, TypeAdapter
 
 from parplan.collectives import (
+    all_to_all,
+    all_to_all_bruck,
+    all_to_all_hierarchical,
     auto,
     auto_collectives,
     centralized,
@@ -71,6 +74,7 @@ def schedules(collective: str = "all_reduce", *, in_network: bool = False) -> li
         for name, found in table.items()
         if name not in SELECTORS and (in_network or not found.switch_capabilities)
     ]
+
 
 _version = 0  # bumped by every (un)registration, so cached spec adapters are rebuilt
 _ADAPTERS: dict[str, tuple[int, TypeAdapter[Any]]] = {}
@@ -242,3 +246,8 @@ register(auto_collectives.REDUCE_SCATTER)
 register(auto_collectives.ALL_GATHER)
 register(auto_collectives.REDUCE)
 register(auto_collectives.BROADCAST)
+register(all_to_all.PAIRWISE)
+register(all_to_all.RING)
+register(all_to_all_bruck.BRUCK)
+register(all_to_all_hierarchical.HIERARCHICAL)
+register(auto_collectives.ALL_TO_ALL)

@@ -28,6 +28,18 @@ and are exactly what they were.
 Data layout conventions of the collectives: a ``reduce_scatter`` leaves rank ``r`` with chunk ``r``
 of :func:`chunk_bounds` ``(num_elements, num_ranks)`` fully reduced; an ``all_gather`` starts with
 rank ``r`` holding only that chunk; ``reduce`` and ``broadcast`` use the whole tensor at ``root``.
+
+An ``all_to_all`` is a permutation, not a reduction: rank ``r``'s ``n`` elements are ``p`` blocks of
+:func:`all_to_all_block` ``(n, p)`` elements (``n // p``: like nccl-tests' alltoall, the count is
+rounded down to a multiple of the ranks and the ``n mod p`` elements left over are not moved); block
+``j`` goes to rank ``j``, which ends with block ``r`` of every rank ``r`` in slot ``r``, in rank
+order. A step then copies into a *slot of the receiver's output*: its ``offset`` addresses the
+sender's buffers and ``meta["dst_offset"]`` (one entry per step, :attr:`Schedule.dst_offset`) the
+receiver's. Each rank has ``meta["regions"]`` buffers of ``n`` elements laid end to end
+(:attr:`Schedule.address_elements`): region 0 is the send buffer (read only), region 1 the receive
+buffer (the output), further regions are scratch for data passing through (Bruck). A rank's own
+block ``r`` is copied into its slot ``r`` locally, which moves nothing over the network, so no step
+does it (the data plane puts it there before the first step).
 """
 
 from __future__ import annotations
@@ -44,7 +56,14 @@ RankArray = npt.NDArray[np.int32]
 PhaseArray = npt.NDArray[np.int8]
 BoolArray = npt.NDArray[np.bool_]
 
-COLLECTIVES: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "reduce", "broadcast")
+COLLECTIVES: tuple[str, ...] = (
+    "all_reduce",
+    "reduce_scatter",
+    "all_gather",
+    "reduce",
+    "broadcast",
+    "all_to_all",
+)
 """The collectives a schedule may compute."""
 
 STEP_DTYPES: dict[str, type] = {
@@ -97,6 +116,16 @@ def chunk_bounds(num_elements: int, num_chunks: int) -> IntArray:
     return bounds
 
 
+def all_to_all_block(num_elements: int, num_ranks: int) -> int:
+    """Elements of each block of an all-to-all of ``num_elements`` per rank on ``num_ranks`` ranks:
+    ``n // p`` (the ``n mod p`` elements left over stay where they are).
+
+    >>> all_to_all_block(10, 4), all_to_all_block(3, 4)
+    (2, 0)
+    """
+    return num_elements // max(num_ranks, 1)
+
+
 @dataclass(frozen=True, eq=False)
 class Schedule:
     """The steps of one collective on ``num_ranks`` ranks and a tensor of ``num_elements`` elements.
@@ -146,6 +175,20 @@ class Schedule:
         return self.num_ranks + len(self.switches)
 
     @property
+    def address_elements(self) -> int:
+        """Elements a step may address on a rank: ``num_elements`` times ``meta["regions"]`` (1
+        unless the schedule keeps several buffers per rank, as an all-to-all does)."""
+        regions = self.meta.get("regions", 1)
+        return self.num_elements * (regions if isinstance(regions, int) and regions > 0 else 1)
+
+    @property
+    def dst_offset(self) -> IntArray:
+        """Where each step's elements land on the receiver: ``meta["dst_offset"]`` where the
+        schedule has it (an all-to-all), else the step's own ``offset``."""
+        moved = self.meta.get("dst_offset")
+        return self.offset if moved is None else np.asarray(moved, dtype=np.int64)
+
+    @property
     def num_steps(self) -> int:
         """How many transfers the schedule makes."""
         return len(self.src)
@@ -168,7 +211,7 @@ class Schedule:
         """Check the structure (vectorised): ranks and ranges in bounds, no self-sends, every
         dependency an earlier step. Raises ``ValueError`` naming the first offending step."""
         n = self.num_steps
-        p, size = self.num_endpoints, self.num_elements
+        p, size = self.num_endpoints, self.address_elements
         if self.collective not in COLLECTIVES:
             raise ValueError(f"unknown collective {self.collective!r}; valid: {', '.join(COLLECTIVES)}")
         for i, switch in enumerate(self.switches):
@@ -176,12 +219,15 @@ class Schedule:
                 raise ValueError(f"switch rank {self.num_ranks + i}: unknown capability {switch.capability}")
             if not switch.serves or any(not 0 <= r < self.num_ranks for r in switch.serves):
                 raise ValueError(f"switch rank {self.num_ranks + i} serves no ranks or ranks out of range")
+        if len(self.dst_offset) != n:
+            raise ValueError(f"meta['dst_offset'] has {len(self.dst_offset)} entries, want {n}")
         checks: list[tuple[str, BoolArray]] = [
             ("src out of range", (self.src < 0) | (self.src >= p)),
             ("dst out of range", (self.dst < 0) | (self.dst >= p)),
             ("sends to itself", self.src == self.dst),
             ("negative range", (self.offset < 0) | (self.length < 0)),
             ("range past the tensor", self.offset + self.length > size),
+            ("destination past the tensor", (self.dst_offset < 0) | (self.dst_offset + self.length > size)),
             ("unknown phase", (self.phase < 0) | (self.phase >= len(self.phase_names))),
         ]
         for what, bad in checks:

@@ -14,6 +14,9 @@ heads, ``f`` FFN multiplier, ``b`` bytes per activation element; all per sample,
   ``2 (4 + 2f) h^2 S + 4 S^2 h`` (the matmuls, then attention scores ``QK^T`` and context ``AV``).
 - ``head``: ``V*h`` parameters unless the embeddings are tied (then 0 parameters: it reuses the
   embedding matrix, whose gradient the embedding node already counts), forward FLOPs ``2 V h S``.
+  A tied head is recorded in :attr:`ModelGraph.ties` (:class:`TiedWeights`): a plan that puts the
+  head on another worker than the embedding keeps a copy of the ``V*h`` word embedding there and
+  all-reduces the two copies' gradients, as Megatron-LM does.
 
 For ``layers=24, hidden=2048, heads=16, seq_len=2048, vocab=50257`` this gives 1.315 B parameters,
 the GPT-3 "XL" (1.3B) model; :func:`transformer_params` is the closed form.
@@ -36,6 +39,17 @@ from parplan.errors import ModelError
 from parplan.model.transformer import activation_coefficients, shape_of_generator
 
 
+@dataclass(frozen=True)
+class TiedWeights:
+    """``params`` weights of node ``owner`` that node ``user`` uses too (a tied LM head reuses the
+    word embedding): the user's node counts none of them, so a plan that places the two on
+    different workers must hold a copy on the user's and keep the copies' gradients equal."""
+
+    owner: str
+    user: str
+    params: float
+
+
 @dataclass(frozen=True, eq=False)
 class ModelGraph:
     """The layers of a model as a DAG, in a stable topological order, with totals.
@@ -50,6 +64,8 @@ class ModelGraph:
     order: tuple[str, ...]
     nodes: tuple[ModelNodeSpec, ...]
     sequence_length: int | None
+    ties: tuple[TiedWeights, ...] = ()
+    """Weights shared between nodes (a tied embedding and head)."""
     _by_id: dict[str, ModelNodeSpec] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -121,10 +137,13 @@ def build_model(spec: ModelSpec) -> ModelGraph:
     """The :class:`ModelGraph` of a model spec (generator expanded, explicit graph checked)."""
     gen = spec.generator
     sequence_length: int | None = None
+    ties: tuple[TiedWeights, ...] = ()
     if isinstance(gen, TransformerGenerator):
         nodes = transformer_nodes(gen, spec.bytes_per_activation_element)
         edges = _chain(nodes)
         sequence_length = gen.sequence_length
+        if gen.tie_embeddings:
+            ties = (TiedWeights("embedding", "head", float(gen.vocabulary * gen.hidden)),)
     elif isinstance(gen, MLPGenerator):
         nodes = mlp_nodes(gen, spec.bytes_per_activation_element)
         edges = _chain(nodes)
@@ -173,6 +192,7 @@ def build_model(spec: ModelSpec) -> ModelGraph:
         order=order,
         nodes=tuple(by_id[i] for i in order),
         sequence_length=sequence_length,
+        ties=ties,
     )
 
 

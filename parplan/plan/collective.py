@@ -242,12 +242,16 @@ def step_lanes(schedule: Schedule) -> np.ndarray | None:
     return column if np.count_nonzero(column) else None
 
 
-def call_overhead_s(transport: TransportCosts, algorithm: str, protocol: str | None) -> float:
+def call_overhead_s(
+    transport: TransportCosts, algorithm: str, protocol: str | None, collective: str = "all_reduce"
+) -> float:
     """What one collective call costs before its first message: the transport's call latency, and
     under ``nccl`` NCCL's base latency of the algorithm (``ring`` or ``tree``: the family whose
-    table row applies) and protocol (Simple when none); for ``nvls``, :data:`NVLS_CALL_US`."""
+    table row applies) and protocol (Simple when none); for ``nvls``, :data:`NVLS_CALL_US`. An
+    ``all_to_all`` is NCCL's grouped p2p calls, which have no base latency in NCCL's model: the
+    call latency alone (each message pays its protocol's per-step latency in the engine)."""
     cost = transport.call_latency_s
-    if transport.kind == "nccl":
+    if transport.kind == "nccl" and collective != "all_to_all":
         index = PROTOCOLS.index(protocol or "simple")
         if algorithm == "nvls":
             return cost + NVLS_CALL_US[index] * 1e-6
@@ -270,12 +274,17 @@ class CollectiveRun:
 
     @classmethod
     def as_named(
-        cls, spec: AlgorithmSpecBase, transport: TransportCosts, protocol: str | None = None
+        cls,
+        spec: AlgorithmSpecBase,
+        transport: TransportCosts,
+        protocol: str | None = None,
+        collective: str = "all_reduce",
     ) -> CollectiveRun:
         """``spec`` run as it is (no tuner), with ``protocol`` when one is forced (and only then
         named), no rate ceiling and the transport's per-call cost."""
         label = None if protocol is None else f"{spec.name}/{protocol}"
-        return cls(spec, protocol, label, math.inf, call_overhead_s(transport, spec.name, protocol))
+        cost = call_overhead_s(transport, spec.name, protocol, collective)
+        return cls(spec, protocol, label, math.inf, cost)
 
 
 def resolve_run(
@@ -298,9 +307,9 @@ def resolve_run(
         if protocol is not None and spec.protocol is None:
             spec = spec.model_copy(update={"protocol": protocol})
         choice = choose_for(spec, system, size_bytes, algorithms(collective), collective)
-        cost = call_overhead_s(transport, choice.spec.name, choice.protocol)
+        cost = call_overhead_s(transport, choice.spec.name, choice.protocol, collective)
         return CollectiveRun(choice.spec, choice.protocol, choice.label, choice.channel_rate_Bps, cost)
-    return CollectiveRun.as_named(spec, transport, protocol)
+    return CollectiveRun.as_named(spec, transport, protocol, collective)
 
 
 def _message_columns(

@@ -21,6 +21,13 @@ worker share them). What the schedule (:mod:`parplan.pipeline`) decides, and whe
   once); the barrier markers come right before the first backward.
 
 Task ids, labels and priorities depend only on these, so identical inputs give identical graphs.
+
+**Tied weights.** A model whose nodes share weights (:attr:`~parplan.model.graph.ModelGraph.ties`:
+a tied embedding and LM head) split over two workers leaves each with a copy, as Megatron-LM
+keeps the word embedding on the first and the last stage: :func:`tied_copies` names them, the
+user's worker holds the copy's weights, gradients and optimizer state (:func:`tied_params`), and
+the plans all-reduce the copies' gradients between the two workers before either steps its
+optimizer.
 """
 
 from __future__ import annotations
@@ -35,6 +42,39 @@ from parplan.plan.base import PlanContext
 from parplan.plan.compute import backward_seconds, forward_seconds
 from parplan.plan.pipeline_layout import PipelineLayout, Segment
 from parplan.taskgraph import TaskGraphBuilder
+
+
+@dataclass(frozen=True)
+class TiedCopy:
+    """A tie (:class:`~parplan.model.graph.TiedWeights`) whose nodes run on different workers: the
+    worker of node ``user`` holds a copy of ``params`` weights of node ``owner`` whose gradients
+    are all-reduced with the owner's."""
+
+    owner: str
+    user: str
+    owner_worker: str
+    user_worker: str
+    params: float
+
+    @property
+    def label(self) -> str:
+        """``owner/user``, e.g. ``embedding/head``."""
+        return f"{self.owner}/{self.user}"
+
+
+def tied_copies(ctx: PlanContext, layout: PipelineLayout) -> tuple[TiedCopy, ...]:
+    """The model's ties split across workers in ``layout`` (none where both nodes share a worker)."""
+    worker_of = {node: seg.worker for seg in layout.segments for node in seg.nodes}
+    return tuple(
+        TiedCopy(t.owner, t.user, worker_of[t.owner], worker_of[t.user], t.params)
+        for t in ctx.model.ties
+        if t.owner in worker_of and t.user in worker_of and worker_of[t.owner] != worker_of[t.user]
+    )
+
+
+def tied_params(copies: Sequence[TiedCopy], worker: str) -> float:
+    """Parameters of the tied copies ``worker`` holds besides its own nodes'."""
+    return sum(c.params for c in copies if c.user_worker == worker)
 
 
 @dataclass(frozen=True)

@@ -38,12 +38,13 @@ NCCL_TYPE_NAMES = {
 }
 """nccl-tests' names of the element types (its ``type`` column)."""
 PERF_BINARIES = {"all_reduce": "all_reduce_perf", "all_gather": "all_gather_perf",
-                 "reduce_scatter": "reduce_scatter_perf"}  # fmt: skip
+                 "reduce_scatter": "reduce_scatter_perf", "all_to_all": "alltoall_perf"}  # fmt: skip
 
 
 def redop(collective: str) -> str:
-    """nccl-tests' ``redop`` column: ``sum`` for reducing collectives, ``none`` for all-gather."""
-    return "none" if collective == "all_gather" else "sum"
+    """nccl-tests' ``redop`` column: ``sum`` for reducing collectives, ``none`` for all-gather and
+    all-to-all."""
+    return "none" if collective in ("all_gather", "all_to_all") else "sum"
 
 
 def _finite(x: float | None) -> float | None:

@@ -12,9 +12,10 @@ element, over all ranks, that differs from the exact sum or gathered value.
 
 What runs: ``backend`` is the backend's own collective (``all_reduce`` on a copy of the input,
 which is how an out-of-place all-reduce looks in torch; ``all_gather_into_tensor``;
-``reduce_scatter_tensor``); any other name is a parplan schedule (:mod:`parplan.collectives`)
-executed step by step over ``isend``/``irecv`` by :class:`ScheduleRunner`. A rank with local rank
-0 writes the results as JSON to ``--out`` (every rank holds them: the times are all-reduced).
+``reduce_scatter_tensor``; ``all_to_all_single``, which gloo and NCCL both have); any other name
+is a parplan schedule (:mod:`parplan.collectives`) executed step by step over ``isend``/``irecv``
+by :class:`ScheduleRunner`. A rank with local rank 0 writes the results as JSON to ``--out``
+(every rank holds them: the times are all-reduced).
 
 For tests, ``PARPLAN_MEASURE_FAULT=kill:R`` makes rank ``R`` kill itself with SIGKILL and
 ``hang:R`` makes it sleep until it is killed, after joining the group.
@@ -38,7 +39,7 @@ from parplan.collectives.schedule import Schedule, chunk_bounds
 
 BACKEND = "backend"
 """The algorithm name that means the backend's own collective."""
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 FAULT_ENV = "PARPLAN_MEASURE_FAULT"
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64", "int8", "uint8")
 
@@ -78,7 +79,13 @@ def make_buffers(
     torch: Any, collective: str, rank: int, world: int, count: int, dtype: Any, device: Any
 ) -> Buffers:
     """Input, output and expected output of ``collective`` with ``count`` elements in all
-    (all-gather: the output; reduce-scatter: the input; ``count`` is a multiple of ``world``)."""
+    (all-gather: the output; reduce-scatter and all-to-all: the input; ``count`` is a multiple of
+    ``world``). An all-to-all's rank ``j`` expects block ``j`` of every rank, in rank order."""
+    if collective == "all_to_all":
+        block = count // world
+        mine = slice(rank * block, (rank + 1) * block)
+        expected = torch.cat([rank_input(torch, r, count, dtype, device)[mine] for r in range(world)])
+        return Buffers(rank_input(torch, rank, count, dtype, device), torch.empty_like(expected), expected)
     if collective == "all_reduce":
         expected = sum(rank_input(torch, r, count, torch.int64, device) for r in range(world)).to(dtype)
         return Buffers(rank_input(torch, rank, count, dtype, device), torch.empty_like(expected), expected)
@@ -113,6 +120,8 @@ class ScheduleRunner:
         self.dst = {j: int(schedule.dst[j]) for j in mine}
         self.lo = {j: int(schedule.offset[j]) for j in mine}
         self.hi = {j: int(schedule.offset[j] + schedule.length[j]) for j in mine}
+        landing = schedule.dst_offset  # where a step lands: its offset, but for an all-to-all
+        self.at = {j: int(landing[j]) for j in mine}
         self.reduce = {j: bool(schedule.reduce[j]) for j in mine}
         self.deps = {j: [int(x) for x in schedule.deps(j) if int(x) in mine_set] for j in mine}
         self.dependents: dict[int, list[int]] = {j: [] for j in mine}
@@ -133,20 +142,20 @@ class ScheduleRunner:
             j, work, scratch = heapq.heappop(pending)
             work.wait()
             if scratch is not None:
-                buffer[self.lo[j] : self.hi[j]].add_(scratch)
+                buffer[self.at[j] : self.at[j] + self.hi[j] - self.lo[j]].add_(scratch)
             for nxt in self.dependents[j]:
                 waiting[nxt] -= 1
                 if waiting[nxt] == 0:
                     ready.append(nxt)
 
     def _post(self, j: int, buffer: Any) -> tuple[Any, Any]:
-        lo, hi = self.lo[j], self.hi[j]
+        lo, hi, at = self.lo[j], self.hi[j], self.at[j]
         if self.src[j] == self.rank:
             return self.dist.isend(buffer[lo:hi], self.dst[j], tag=j), None
         if self.reduce[j]:
             scratch = self.torch.empty(hi - lo, dtype=buffer.dtype, device=buffer.device)
             return self.dist.irecv(scratch, self.src[j], tag=j), scratch
-        return self.dist.irecv(buffer[lo:hi], self.src[j], tag=j), None
+        return self.dist.irecv(buffer[at : at + hi - lo], self.src[j], tag=j), None
 
 
 def collective_call(
@@ -175,10 +184,14 @@ def collective_call(
         if collective == "all_gather":
             gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
             return lambda: gather(recv, send)
+        if collective == "all_to_all":
+            return lambda: dist.all_to_all_single(recv, send)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         return lambda: scatter(recv, send)
     schedule = build_schedule(algorithm, world, count, groups=groups, collective=collective)
     runner = ScheduleRunner(torch, dist, schedule, rank)
+    if collective == "all_to_all":
+        return _schedule_all_to_all(torch, runner, schedule, rank, buffers)
     bounds = chunk_bounds(count, world)
     lo, hi = int(bounds[rank]), int(bounds[rank + 1])
     if collective == "all_reduce":
@@ -203,6 +216,26 @@ def collective_call(
         recv.copy_(work[lo:hi])
 
     return schedule_reduce_scatter
+
+
+def _schedule_all_to_all(
+    torch: Any, runner: ScheduleRunner, schedule: Schedule, rank: int, buffers: Buffers
+) -> Callable[[], None]:
+    """An all-to-all schedule on a workspace of its buffers end to end (send, receive, scratch;
+    :mod:`parplan.collectives.schedule`): the input in, the rank's own block copied locally, the
+    steps run, the receive buffer out."""
+    send, recv = buffers.send, buffers.recv
+    n = schedule.num_elements
+    block = n // schedule.num_ranks
+    work = torch.empty(schedule.address_elements, dtype=send.dtype, device=send.device)
+
+    def schedule_all_to_all() -> None:
+        work[:n].copy_(send)
+        work[n + rank * block : n + (rank + 1) * block].copy_(send[rank * block : (rank + 1) * block])
+        runner.run(work)
+        recv.copy_(work[n : 2 * n])
+
+    return schedule_all_to_all
 
 
 def _max_over_ranks(torch: Any, dist: Any, value: float, device: Any) -> float:

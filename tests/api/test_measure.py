@@ -1,5 +1,6 @@
 """``parplan measure`` as a library: requests are checked, and 2- and 3-rank gloo runs over loopback
-of the backend's all_reduce / all_gather / reduce_scatter and of parplan's ring and tree:2 are
+of the backend's all_reduce / all_gather / reduce_scatter / all_to_all and of parplan's ring,
+tree:2, pairwise and bruck are
 exact (#wrong 0), predicted on a cluster file, and written as JSON and as nccl-tests text that
 :mod:`parplan.config.nccltests` reads back.
 
@@ -42,6 +43,7 @@ ALGORITHMS = {
     "all_reduce": "backend,ring,tree:2",
     "all_gather": "backend,ring",
     "reduce_scatter": "backend,ring",
+    "all_to_all": "backend,pairwise,ring,bruck",
 }
 
 ROW_SCHEMA = {
@@ -118,6 +120,9 @@ def test_algorithms_expand_to_labels() -> None:
     assert predicted_algorithm(BACKEND, "all_reduce", "gloo") == "ring"
     assert predicted_algorithm(BACKEND, "all_reduce", "nccl") == "auto"
     assert predicted_algorithm("tree:2", "all_reduce", "gloo") == "tree:2"
+    every_exchange = ("backend", "pairwise", "ring", "bruck", "hierarchical")
+    assert expand_measure_algorithms("all", "all_to_all") == every_exchange
+    assert predicted_algorithm(BACKEND, "all_to_all", "gloo") == "ring"  # gloo's: a linear shift
 
 
 def test_sharded_collectives_round_to_whole_shards() -> None:

@@ -23,6 +23,7 @@ BUS_FACTORS = {  # on the sample switch's 4 ranks
     "reduce_scatter": 3 / 4,
     "broadcast": 1.0,
     "reduce": 1.0,
+    "all_to_all": 3 / 4,
 }
 
 
@@ -47,7 +48,7 @@ def test_every_collective_is_timed_with_its_busbw(collective: str) -> None:
 
 
 def test_default_algorithm_per_collective_and_the_table_title() -> None:
-    assert [default_algorithm(c) for c in COLLECTIVES] == ["auto"] * 5  # NCCL's pick, for all of them
+    assert [default_algorithm(c) for c in COLLECTIVES] == ["auto"] * 6  # NCCL's pick, for all of them
     doc = _json("--collective", "broadcast", "--size", "1MiB")
     assert [r["algorithm"] for r in doc["results"]] == ["auto"]
     table = runner.invoke(app, ["collective", "--cluster", SWITCH, "--collective", "reduce", "-s", "1KiB"])
@@ -55,13 +56,13 @@ def test_default_algorithm_per_collective_and_the_table_title() -> None:
 
 
 def test_the_bus_factors_follow_nccl_tests() -> None:
-    assert [bus_factor(c, 4) for c in COLLECTIVES] == [1.5, 0.75, 0.75, 1.0, 1.0]
+    assert [bus_factor(c, 4) for c in COLLECTIVES] == [1.5, 0.75, 0.75, 1.0, 1.0, 0.75]
     assert bus_factor("all_gather", 1) == 0.0
 
 
 def test_unknown_collectives_and_algorithms_are_clear_errors() -> None:
     with pytest.raises(CollectiveError, match="valid: all_reduce, reduce_scatter"):
-        run_collective(SWITCH, collective="all_to_all", size_bytes=1024)
+        run_collective(SWITCH, collective="all_to_allv", size_bytes=1024)
     unknown = r"unknown broadcast algorithm 'hd'; valid: tree, ring, auto, all"
     with pytest.raises(CollectiveError, match=unknown):
         run_collective(SWITCH, collective="broadcast", algorithm="hd", size_bytes=1024)

@@ -181,7 +181,7 @@ def test_infeasible_named_plan_exits_1_after_printing() -> None:
     assert result.exit_code == 1
     assert "gpipe" in result.stdout and "bound by" in result.stdout  # the results are still shown
     assert (
-        "error: plan gpipe does not fit: out of memory on 4 device(s): n0.d3 needs 96.4 GiB" in result.stderr
+        "error: plan gpipe does not fit: out of memory on 4 device(s): n0.d3 needs 98 GiB" in result.stderr
     )
 
 

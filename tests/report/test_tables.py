@@ -36,8 +36,9 @@ def test_infeasible_plan_is_marked(pipeline_results: list[PlanResult]) -> None:
     gpipe_row = next(line for line in text.splitlines() if line.startswith("gpipe "))
     assert "✗" in gpipe_row
     assert "bound by      memory on n0.d3" in text
-    assert "121% ✗" in text  # the device over capacity, in the memory table
-    assert "(×3 groups)" in text  # the 2-D plan's identical per-stage all-reduces on one line
+    assert "122% ✗" in text  # the device over capacity, in the memory table
+    assert "(×2 groups)" in text  # the 2-D plan's identical per-stage all-reduces on one line
+    assert "196 MiB in 1 call" in text and "(×4 groups)" in text  # and each replica's tied embedding
     assert "bubble        stages idle 36% of the pipeline span (fill and drain" in text
 
 
@@ -110,7 +111,7 @@ def test_compare_view(
     assert "1 more plan(s) not shown (--top 2)" in flat
     assert "3 sweep variant(s) identical to one above not repeated" in flat
     full = render(tables.compare_view("q", None, ranked))
-    assert "memory: n0.d3 96.4 GiB > 80.0 GiB" in " ".join(
+    assert "memory: n0.d3 98.0 GiB > 80.0 GiB" in " ".join(
         full.split()
     ) and "✗ does not fit in memory" in " ".join(full.split())
     fed = next(r for r in federated_results if r.unit == "round")
@@ -123,7 +124,7 @@ def test_short_bound(quickstart_results: list[PlanResult], pipeline_results: lis
     by_name = {r.name: r for r in [*quickstart_results, *pipeline_results]}
     assert tables.short_bound(by_name["local"]) == "compute on h0"
     assert tables.short_bound(by_name["dp-ring"]).startswith("link ")
-    assert tables.short_bound(by_name["gpipe"]) == "memory: n0.d3 96.4 GiB > 80.0 GiB (+3)"
+    assert tables.short_bound(by_name["gpipe"]) == "memory: n0.d3 98.0 GiB > 80.0 GiB (+3)"
 
 
 SAME_BOUND = {  # words of the bottleneck line -> words of the table's short form, for one bound

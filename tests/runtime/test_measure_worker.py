@@ -44,6 +44,10 @@ def test_references_are_exact_sums_and_gathers(dtype: str, world: int) -> None:
         scatter = make_buffers(torch, "reduce_scatter", rank, world, count, kind, cpu)
         assert torch.equal(scatter.expected.to(torch.int64), total[rank * shard : (rank + 1) * shard])
         assert scatter.send.numel() == count and scatter.recv.numel() == shard
+        exchange = make_buffers(torch, "all_to_all", rank, world, count, kind, cpu)
+        want = torch.cat([inputs[r][rank * shard : (rank + 1) * shard] for r in range(world)])
+        assert torch.equal(exchange.expected.to(torch.int64), want)  # block `rank` of every rank
+        assert exchange.send.numel() == count == exchange.recv.numel()
 
 
 def test_synthetic_model_holds_the_parameter_count() -> None:

@@ -36,7 +36,10 @@ gradients of each stage are bucketed the same way and all-reduced among that sta
 bucket is ready once every micro-batch's backward of the segments holding its nodes is done; a
 contiguous stage is one segment, so its buckets start when the stage's last backward ends (as in
 Megatron-LM without ``overlap_grad_reduce``) and overlap the other stages' pipeline drain; then
-each worker steps its own parameters. Which devices each replica uses is the rule of
+each worker steps its own parameters. Tied weights split over two stages (a tied embedding and
+head) add the head stage's copy to its buckets and, after the data-parallel all-reduces, an
+all-reduce of the two copies' gradients within each replica, which both stages' optimizers wait
+for (Megatron-LM's order). Which devices each replica uses is the rule of
 :meth:`~parplan.config.strategy.DataParallelStrategy.replica_devices` (``validate-config`` checks the
 same): plain replicas run on ``devices`` or the cluster's first ``num_replicas`` devices; for a 2-D
 plan with W workers (sorted by cluster position), replica ``r`` runs worker ``W[j]`` on
@@ -48,7 +51,7 @@ weight each replica by its slowest device (a pipeline runs at its slowest stage'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -61,11 +64,14 @@ from parplan.plan.compute import backward_seconds, forward_seconds, optimizer_se
 from parplan.plan.memory import combine, plan_memory, saved_activation_bytes
 from parplan.plan.strategies.model_parallel import (
     PipelineLayout,
+    allreduce_tied,
     analyse_partitions,
     build_pipeline,
     microbatch_sizes,
     num_microbatches,
     pipeline_memory,
+    tied_copies,
+    tied_params,
 )
 from parplan.runtime.batching import speed_shares
 from parplan.taskgraph import TaskGraphBuilder
@@ -110,15 +116,22 @@ class Bucket:
     size_bytes: float
 
 
-def gradient_buckets(ctx: PlanContext, nodes: Sequence[str], bucket_size_bytes: float) -> tuple[Bucket, ...]:
+def gradient_buckets(
+    ctx: PlanContext,
+    nodes: Sequence[str],
+    bucket_size_bytes: float,
+    tied: Mapping[str, float] | None = None,
+) -> tuple[Bucket, ...]:
     """Pack the gradients of ``nodes`` (model order) into buckets in reverse order, each closed once
-    it holds at least ``bucket_size_bytes`` (a bucket size of 0 gives one bucket per node)."""
+    it holds at least ``bucket_size_bytes`` (a bucket size of 0 gives one bucket per node);
+    ``tied[node]`` adds the parameters of a tied copy the node's worker holds (a head's copy of
+    the word embedding)."""
     per_grad = ctx.model_spec.bytes_per_grad
     out: list[Bucket] = []
     current: list[str] = []
     params = 0.0
     for n in reversed(tuple(nodes)):
-        p = float(ctx.model.node(n).params)
+        p = float(ctx.model.node(n).params) + (tied or {}).get(n, 0.0)
         if p <= 0:
             continue
         current.append(n)
@@ -324,9 +337,12 @@ def _expand_2d(ctx: PlanContext, strategy: DataParallelStrategy) -> PlanWork:
     ]
     infos: list[CollectiveInfo] = []
     extra: dict[str, float] = {}
+    copies = tied_copies(ctx, layout)
+    stage_done: dict[str, list[int]] = {}  # per worker, each replica's all-reduces done
     for w in layout.workers:
         nodes = layout.worker_nodes(w)
-        buckets = gradient_buckets(ctx, nodes, agg.bucket_size_bytes) if n > 1 else ()
+        tied = {c.user: c.params for c in copies if c.user_worker == w}
+        buckets = gradient_buckets(ctx, nodes, agg.bucket_size_bytes, tied) if n > 1 else ()
         extra[w] = max((bk.size_bytes for bk in buckets), default=0.0)
         ready = []
         for bk in buckets:
@@ -342,16 +358,8 @@ def _expand_2d(ctx: PlanContext, strategy: DataParallelStrategy) -> PlanWork:
             b, ctx, buckets, devs, agg.algorithm, ready, label=f"allreduce {w}"
         )
         infos.extend(stage_infos)
-        params = params_of(ctx.model, nodes)
-        for r in range(n):
-            deps = [done[r]] if done else [pipes[r].backward_done[w]]
-            b.compute(
-                maps[r][w],
-                optimizer_seconds(ctx, maps[r][w], params),
-                deps,
-                category="optimizer",
-                label=f"optimizer {maps[r][w]}",
-            )
+        stage_done[w] = [done[r] if done else pipes[r].backward_done[w] for r in range(n)]
+    infos.extend(_optimizers(b, ctx, layout, maps, stage_done))
     memory: list[MemoryBreakdown] = []
     for r in range(n):
         memory.extend(
@@ -379,3 +387,35 @@ def _expand_2d(ctx: PlanContext, strategy: DataParallelStrategy) -> PlanWork:
             f"{n} replica(s) x {layout.num_stages} stage(s), {mb} micro-batch(es) per replica, {schedule}",
         ),
     )
+
+
+def _optimizers(
+    b: TaskGraphBuilder,
+    ctx: PlanContext,
+    layout: PipelineLayout,
+    maps: Sequence[Mapping[str, str]],
+    stage_done: Mapping[str, Sequence[int]],
+) -> list[CollectiveInfo]:
+    """Each replica's all-reduces of its tied copies once both stages' data-parallel all-reduces
+    are done (Megatron-LM's order), then every worker's optimizer step after both; returns the
+    tied all-reduces' infos."""
+    n = len(maps)
+    copies = tied_copies(ctx, layout)
+    infos: list[CollectiveInfo] = []
+    waits: list[dict[str, list[int]]] = []
+    for r in range(n):
+        tied_ready = {w: [stage_done[w][r]] for w in layout.workers}
+        found, tied_infos = allreduce_tied(b, ctx, copies, maps[r], tied_ready, tag=f"r{r} " if n > 1 else "")
+        waits.append(found)
+        infos.extend(tied_infos)
+    for w in layout.workers:
+        params = params_of(ctx.model, layout.worker_nodes(w)) + tied_params(copies, w)
+        for r in range(n):
+            b.compute(
+                maps[r][w],
+                optimizer_seconds(ctx, maps[r][w], params),
+                [stage_done[w][r], *waits[r].get(w, [])],
+                category="optimizer",
+                label=f"optimizer {maps[r][w]}",
+            )
+    return infos

@@ -26,6 +26,11 @@ Any partition of any model DAG on any topology is accepted, not only contiguous 
   turns them into priorities and dependencies. The rules only make a micro-batch wait for earlier
   micro-batches, so they cannot deadlock on any DAG.
 - **Optimizer.** Each worker steps its own partitions' parameters once every backward on it is done.
+- **Tied weights.** Where a tied embedding and head run on different workers, the head's worker
+  holds a copy of the word embedding (weights, gradients, optimizer state) and, after backward,
+  the two copies' gradients are all-reduced between the two workers (the registry's default
+  algorithm, ``auto``) before either optimizer steps, as Megatron-LM does between its first and
+  last stage (:func:`allreduce_tied`).
 
 The bubble (the fraction of the pipeline's span that a worker's stream is idle) is computed by
 :mod:`parplan.api.timeline` from the forward/backward tasks; for ``s`` uniform stages and negligible
@@ -38,27 +43,31 @@ the task building (:func:`~parplan.plan.pipeline_tasks.build_pipeline`) is reuse
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from parplan.config.strategy import ModelParallelStrategy
 from parplan.errors import InfeasiblePlanError
-from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
+from parplan.plan.base import CollectiveInfo, MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.compute import optimizer_seconds, params_of
 from parplan.plan.memory import combine, inflight_microbatches, plan_memory, saved_activation_bytes
 from parplan.plan.pipeline_layout import PipelineLayout, Segment, analyse_partitions
-from parplan.plan.pipeline_tasks import PipelineTasks, build_pipeline
+from parplan.plan.pipeline_tasks import PipelineTasks, TiedCopy, build_pipeline, tied_copies, tied_params
 from parplan.taskgraph import TaskGraphBuilder
 
 __all__ = [
     "PipelineLayout",
     "PipelineTasks",
     "Segment",
+    "TiedCopy",
+    "allreduce_tied",
     "analyse_partitions",
     "build_pipeline",
     "expand",
     "microbatch_sizes",
     "num_microbatches",
     "pipeline_memory",
+    "tied_copies",
+    "tied_params",
 ]
 """The strategy's API; the layout and the task building live in :mod:`parplan.plan.pipeline_layout`
 and :mod:`parplan.plan.pipeline_tasks` and are re-exported for the 2-D data-parallel plans."""
@@ -90,8 +99,9 @@ def pipeline_memory(
     worker_map: Mapping[str, str] | None = None,
     extra_buffers_bytes: Mapping[str, float] | None = None,
 ) -> tuple[MemoryBreakdown, ...]:
-    """Peak memory of each worker: its partitions' state, in-flight micro-batches' activations, and
-    send/receive buffers of one micro-batch's cut activations (plus ``extra_buffers_bytes[worker]``)."""
+    """Peak memory of each worker: its partitions' state (and that of the tied copies it holds),
+    in-flight micro-batches' activations, and send/receive buffers of one micro-batch's cut
+    activations (plus ``extra_buffers_bytes[worker]``)."""
     dev = {w: (worker_map or {}).get(w, w) for w in layout.workers}
     cut = dict.fromkeys(layout.workers, 0.0)
     for seg in layout.segments:
@@ -99,6 +109,7 @@ def pipeline_memory(
             size = ctx.model.node(node).activation_bytes_per_sample * microbatch_samples
             cut[seg.worker] += size
             cut[w] += size
+    copies = tied_copies(ctx, layout)
     out: list[MemoryBreakdown] = []
     for w in layout.workers:
         nodes = layout.worker_nodes(w)
@@ -107,7 +118,7 @@ def pipeline_memory(
             plan_memory(
                 ctx,
                 dev[w],
-                params=params_of(ctx.model, nodes),
+                params=params_of(ctx.model, nodes) + tied_params(copies, w),
                 activations_bytes=saved_activation_bytes(ctx.model, nodes, microbatch_samples * held),
                 buffers_bytes=cut[w] + (extra_buffers_bytes or {}).get(w, 0.0),
             )
@@ -124,11 +135,14 @@ def expand(ctx: PlanContext, strategy: ModelParallelStrategy) -> PlanWork:
     sizes = microbatch_sizes(ctx.training.global_batch_size, m)
     b = TaskGraphBuilder(list(layout.workers))
     tasks = build_pipeline(b, ctx, layout, sizes, schedule)
+    copies = tied_copies(ctx, layout)
+    ready = {w: [tasks.backward_done[w]] for w in layout.workers}
+    waits, infos = allreduce_tied(b, ctx, copies, {w: w for w in layout.workers}, ready)
     for w in layout.workers:
         b.compute(
             w,
-            optimizer_seconds(ctx, w, params_of(ctx.model, layout.worker_nodes(w))),
-            [tasks.backward_done[w]],
+            optimizer_seconds(ctx, w, params_of(ctx.model, layout.worker_nodes(w)) + tied_params(copies, w)),
+            [tasks.backward_done[w], *waits.get(w, [])],
             category="optimizer",
             label=f"optimizer {w}",
         )
@@ -146,8 +160,45 @@ def expand(ctx: PlanContext, strategy: ModelParallelStrategy) -> PlanWork:
         unit="step",
         samples_per_unit=float(ctx.training.global_batch_size),
         memory=memory,
+        collectives=tuple(infos),
         notes=_notes(layout, m),
     )
+
+
+def allreduce_tied(
+    b: TaskGraphBuilder,
+    ctx: PlanContext,
+    copies: Sequence[TiedCopy],
+    device: Mapping[str, str],
+    ready: Mapping[str, Sequence[int]],
+    *,
+    tag: str = "",
+) -> tuple[dict[str, list[int]], list[CollectiveInfo]]:
+    """All-reduce each tied copy's gradients (``params x bytes_per_grad``) between the owner's and
+    the user's worker (on ``device[worker]``), each side once ``ready[worker]`` is done, with the
+    registry's default algorithm; returns, per worker, the tasks its optimizer must wait for and
+    the collectives' infos."""
+    from parplan.collectives.registry import DEFAULT_ALGORITHM, parse
+    from parplan.plan.strategies.data_parallel import Bucket, allreduce_buckets
+
+    waits: dict[str, list[int]] = {}
+    infos: list[CollectiveInfo] = []
+    for c in copies:
+        ends = (c.owner_worker, c.user_worker)
+        bucket = Bucket((c.label,), c.params, c.params * ctx.model_spec.bytes_per_grad)
+        done, found = allreduce_buckets(
+            b,
+            ctx,
+            [bucket],
+            [device[w] for w in ends],
+            parse(DEFAULT_ALGORITHM),
+            [[list(ready[w]) for w in ends]],
+            label=f"{tag}tied {c.label}",
+        )
+        for w, marker in zip(ends, done, strict=True):
+            waits.setdefault(w, []).append(marker)
+        infos.extend(found)
+    return waits, infos
 
 
 def _notes(layout: PipelineLayout, m: int) -> tuple[str, ...]:
