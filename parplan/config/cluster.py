@@ -163,7 +163,8 @@ class DeviceTemplate(Spec):
         out = dict(data)
 
         def fill(alias: str, field: str, value: Any) -> None:
-            if alias not in out and field not in out:
+            if out.get(alias) is None and out.get(field) is None:
+                out.pop(field, None)
                 out[alias] = value
 
         fill("peak_flops", "peak_flop_per_s", entry.peak_flop_per_s)
