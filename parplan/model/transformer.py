@@ -436,19 +436,23 @@ def block_ops(
     return tuple(ops)
 
 
-def embedding_ops(shape: TransformerShape, *, microbatch: int, tp: int, cp: int) -> tuple[Op, ...]:
+def embedding_ops(
+    shape: TransformerShape, *, microbatch: int, tp: int, cp: int, sp: bool = False
+) -> tuple[Op, ...]:
     """The (vocabulary-parallel) token lookup, and the position add and dropout when learned.
 
     Each TP rank reads the rows of its ``V / tp`` slice and writes a full ``T x h`` partial (the
-    plan's all-reduce or reduce-scatter sums them).
+    plan's all-reduce, or with ``sp`` reduce-scatter, sums them; the add and dropout then touch the
+    rank's ``1 / tp`` of the tokens under SP).
     """
     e, h = shape.bytes_per_element, shape.hidden
     tokens = _tokens(shape, microbatch, cp)
     lookup = tokens * h * e * (1.0 + 1.0 / tp) + 8.0 * tokens  # rows read, partial written, int64 ids
     ops = [_memory_op("embedding", "embedding", tokens * h, 0.0, lookup)]
     if shape.position == "learned" or shape.dropout:
+        elements = tokens * h / (tp if sp else 1)
         mask = MASK_BYTES if shape.dropout else 0.0
-        ops.append(_memory_op("embedding_add", "elementwise", tokens * h, 2.0, tokens * h * (3.0 * e + mask)))
+        ops.append(_memory_op("embedding_add", "elementwise", elements, 2.0, elements * (3.0 * e + mask)))
     return tuple(ops)
 
 

@@ -105,6 +105,8 @@ def test_embedding_and_head_ops() -> None:
     (lookup, add) = embedding_ops(shape, microbatch=2, tp=4, cp=1)
     assert lookup.flops == 0.0 and lookup.kind == "embedding"
     assert add.kind == "elementwise"
+    (_, add_sp) = embedding_ops(shape, microbatch=2, tp=4, cp=1, sp=True)
+    assert add_sp.bytes_moved * 4 == pytest.approx(add.bytes_moved)
     norm, logits, loss = head_ops(shape, microbatch=2, tp=4, cp=2)
     tokens = 2 * 2048 / 2
     assert logits.flops == 2 * tokens * (50257 / 4) * 2048
