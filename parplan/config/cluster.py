@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from parplan.config.devices import Dtype, device_type
 from parplan.config.units import (
@@ -93,6 +93,16 @@ class MatmulEfficiencySpec(Spec):
     )
 
 
+def _typed_or_explicit(schema: dict[str, Any]) -> None:
+    """JSON Schema: ``peak_flops`` and ``memory`` are required unless a ``type:`` names them."""
+    required = [r for r in schema.get("required", []) if r not in ("peak_flops", "memory")]
+    if required:
+        schema["required"] = required
+    else:
+        schema.pop("required", None)
+    schema["anyOf"] = [{"required": ["type"]}, {"required": ["peak_flops", "memory"]}]
+
+
 class DeviceTemplate(Spec):
     """What one accelerator (or host) can do; generators stamp it onto every device they make.
 
@@ -100,6 +110,8 @@ class DeviceTemplate(Spec):
     ``memory``, ``memory_bandwidth``, ``arch`` and the per-dtype peaks where the file leaves them out
     (``efficiency``, the whole-model path's share of peak, keeps its default).
     """
+
+    model_config = ConfigDict(**Spec.model_config, json_schema_extra=_typed_or_explicit)
 
     device_type: str | None = Field(
         default=None, alias="type", description="a catalog device (H100-SXM, A100-80GB, MI300X, ...)"
@@ -151,7 +163,8 @@ class DeviceTemplate(Spec):
         out = dict(data)
 
         def fill(alias: str, field: str, value: Any) -> None:
-            if alias not in out and field not in out:
+            if out.get(alias) is None and out.get(field) is None:
+                out.pop(field, None)
                 out[alias] = value
 
         fill("peak_flops", "peak_flop_per_s", entry.peak_flop_per_s)

@@ -15,8 +15,8 @@ the children ran:
   (``saved_tensors_hooks``), parameters excluded.
 
 FLOPs and bytes are per sample: divided by the example input's first dimension (its batch size).
-A module without children becomes one node. Inputs may be a tensor, or a tuple/list of tensors
-(passed as positional arguments).
+A module without children becomes one node. The example input may be a tensor, a tuple or list
+(positional arguments) or a dict (keyword arguments, e.g. ``input_ids``).
 """
 
 from __future__ import annotations
@@ -94,9 +94,15 @@ def traced_nodes(spec: ModelSpec) -> list[ModelNodeSpec]:
         raise ModelError(f"torch_module {target!r} must return (torch.nn.Module, example_input)")
     module, example = result
     module = module.to("meta")
-    args = tuple(example) if isinstance(example, tuple | list) else (example,)
+    kwargs: dict[str, Any] = {}
+    args: tuple[Any, ...]
+    if isinstance(example, dict):
+        kwargs, args = dict(example), ()
+    else:
+        args = tuple(example) if isinstance(example, tuple | list) else (example,)
     args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
-    first = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    kwargs = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+    first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
     batch = float(first.shape[0]) if first is not None and first.dim() > 0 else 1.0
     children = list(module.named_children()) or [(type(module).__name__, module)]
     params_of: dict[int, str] = {}
@@ -133,7 +139,7 @@ def traced_nodes(spec: ModelSpec) -> list[ModelNodeSpec]:
         handles.append(child.register_forward_hook(post(name)))
     try:
         with counter, _saved_bytes(torch, param_ids, saved):
-            module(*args)
+            module(*args, **kwargs)
     except Exception as exc:  # the user's module: report whatever it raised
         raise ModelError(
             f"torch_module {target!r}: the forward pass raised {type(exc).__name__}: {exc}"

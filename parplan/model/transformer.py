@@ -37,7 +37,7 @@ the memory-bound kernels; ``backward_bytes_factor`` likewise for bytes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from parplan.config.model import TransformerGenerator
@@ -220,8 +220,7 @@ def shape_of(model: ModelGraph) -> TransformerShape | None:
     gen = model.spec.generator
     if not isinstance(gen, TransformerGenerator):
         return None
-    shape = shape_of_generator(gen, model.spec.bytes_per_activation_element)
-    return TransformerShape(**{**shape.__dict__, "name": model.name})
+    return replace(shape_of_generator(gen, model.spec.bytes_per_activation_element), name=model.name)
 
 
 def model_flops_per_token(shape: TransformerShape) -> float:
@@ -380,18 +379,21 @@ def _moe_mlp(
     local = max(shape.experts / ep, 1.0)
     inner = shape.moe_ffn_hidden / tp
     up = 2.0 * inner if shape.activation == "swiglu" else inner
-    per_expert = slots / local
+    per_expert = max(1, math.ceil(slots / local))  # a grouped GEMM: each expert's rows on its own
     up_op = _gemm("experts_up", slots, up, h, e, weight_copies=local)
     down_op = _gemm("experts_down", slots, h, inner, e, weight_copies=local)
-    per_mnk = (max(1, math.ceil(per_expert)),)
     return (
         _gemm("router", router_tokens, shape.experts, h, e),
         _memory_op("dispatch", "elementwise", slots * h, 0.0, 2.0 * slots * h * e),
-        Op(**{**up_op.__dict__, "gemm_mnk": per_mnk + (up_op.gemm_mnk or (1, 1, 1))[1:]}),
+        replace(up_op, gemm_mnk=(per_expert, *_mnk(up_op)[1:])),
         _activation(shape, "experts_activation", slots * inner),
-        Op(**{**down_op.__dict__, "gemm_mnk": per_mnk + (down_op.gemm_mnk or (1, 1, 1))[1:]}),
+        replace(down_op, gemm_mnk=(per_expert, *_mnk(down_op)[1:])),
         _memory_op("combine", "elementwise", slots * h, 2.0, (slots * h + tokens * h) * e),
     )
+
+
+def _mnk(op: Op) -> tuple[int, int, int]:
+    return op.gemm_mnk if op.gemm_mnk is not None else (1, 1, 1)
 
 
 def block_ops(
@@ -434,19 +436,23 @@ def block_ops(
     return tuple(ops)
 
 
-def embedding_ops(shape: TransformerShape, *, microbatch: int, tp: int, cp: int) -> tuple[Op, ...]:
+def embedding_ops(
+    shape: TransformerShape, *, microbatch: int, tp: int, cp: int, sp: bool = False
+) -> tuple[Op, ...]:
     """The (vocabulary-parallel) token lookup, and the position add and dropout when learned.
 
     Each TP rank reads the rows of its ``V / tp`` slice and writes a full ``T x h`` partial (the
-    plan's all-reduce or reduce-scatter sums them).
+    plan's all-reduce, or with ``sp`` reduce-scatter, sums them; the add and dropout then touch the
+    rank's ``1 / tp`` of the tokens under SP).
     """
     e, h = shape.bytes_per_element, shape.hidden
     tokens = _tokens(shape, microbatch, cp)
     lookup = tokens * h * e * (1.0 + 1.0 / tp) + 8.0 * tokens  # rows read, partial written, int64 ids
     ops = [_memory_op("embedding", "embedding", tokens * h, 0.0, lookup)]
     if shape.position == "learned" or shape.dropout:
+        elements = tokens * h / (tp if sp else 1)
         mask = MASK_BYTES if shape.dropout else 0.0
-        ops.append(_memory_op("embedding_add", "elementwise", tokens * h, 2.0, tokens * h * (3.0 * e + mask)))
+        ops.append(_memory_op("embedding_add", "elementwise", elements, 2.0, elements * (3.0 * e + mask)))
     return tuple(ops)
 
 

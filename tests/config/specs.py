@@ -23,6 +23,7 @@ from parplan.config.cluster import (
     HierarchicalGenerator,
     LinkSpec,
     LinkTemplate,
+    MatmulEfficiencySpec,
     RingGenerator,
     SwitchGenerator,
     SwitchSpec,
@@ -78,6 +79,10 @@ def device_templates() -> st.SearchStrategy[DeviceTemplate]:
         efficiency=st.floats(min_value=0.01, max_value=1.0),
         memory_bandwidth=st.none() | quantity,
         speed_factor=st.floats(min_value=0.05, max_value=20),
+        type=st.none() | st.sampled_from(["H100-SXM", "A100-40GB", "T4", "MI300X"]),
+        peak_flops_by_dtype=st.none() | st.dictionaries(st.sampled_from(["fp32", "bf16", "fp8"]), quantity),
+        matmul_efficiency=st.none()
+        | st.builds(MatmulEfficiencySpec, max=st.floats(min_value=0.1, max_value=1.0), half_at=quantity),
     )
 
 

@@ -63,3 +63,12 @@ def test_torch_module_is_a_module_name_not_a_path() -> None:
         spec("models/tiny.py:build")
     with pytest.raises(ValueError, match="torch_module alone"):
         ModelSpec.model_validate({"torch_module": "a.b:c", "nodes": [{"id": "x"}]})
+
+
+@pytest.mark.torch
+@requires_torch
+def test_keyword_inputs() -> None:
+    by_name = build_model(spec(f"{TINY}:build_with_keywords"))
+    assert [n.model_dump() for n in by_name.nodes] == [
+        n.model_dump() for n in build_model(spec(f"{TINY}:build")).nodes
+    ]

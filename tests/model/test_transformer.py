@@ -105,6 +105,8 @@ def test_embedding_and_head_ops() -> None:
     (lookup, add) = embedding_ops(shape, microbatch=2, tp=4, cp=1)
     assert lookup.flops == 0.0 and lookup.kind == "embedding"
     assert add.kind == "elementwise"
+    (_, add_sp) = embedding_ops(shape, microbatch=2, tp=4, cp=1, sp=True)
+    assert add_sp.bytes_moved * 4 == pytest.approx(add.bytes_moved)
     norm, logits, loss = head_ops(shape, microbatch=2, tp=4, cp=2)
     tokens = 2 * 2048 / 2
     assert logits.flops == 2 * tokens * (50257 / 4) * 2048
@@ -260,3 +262,25 @@ def test_generator_rejects_bad_grouping() -> None:
         TransformerGenerator.model_validate({**GPT_1_3B, "kv_heads": 3})
     with pytest.raises(ValueError, match="top_k"):
         TransformerGenerator.model_validate({**GPT_1_3B, "experts": 2, "top_k": 4})
+
+
+def test_kv_heads_fewer_than_tp_ranks_are_replicated() -> None:
+    shape = gpt(heads=64, hidden=8192, kv_heads=8, ffn_hidden=28672, activation="swiglu")
+    (qkv,) = [
+        o
+        for o in block_ops(shape, microbatch=1, tp=16, sp=True, cp=1, flash_attention=True)
+        if o.name == "qkv"
+    ]
+    assert qkv.gemm_mnk == (2048, (64 // 16 + 2 * 1) * 128, 8192)  # one K and one V head per rank
+    (qkv8,) = [
+        o
+        for o in block_ops(shape, microbatch=1, tp=8, sp=True, cp=1, flash_attention=True)
+        if o.name == "qkv"
+    ]
+    assert qkv8.gemm_mnk == (2048, (64 // 8 + 2 * 1) * 128, 8192)
+    (up,) = [
+        o
+        for o in block_ops(shape, microbatch=1, tp=8, sp=True, cp=1, flash_attention=True)
+        if o.name == "mlp_up"
+    ]
+    assert up.gemm_mnk == (2048, 2 * 28672 // 8, 8192)  # SwiGLU's gate and up in one GEMM

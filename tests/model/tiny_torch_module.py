@@ -45,3 +45,9 @@ def build() -> tuple[Any, Any]:
 def broken() -> int:
     """Not a (module, input) pair."""
     return 3
+
+
+def build_with_keywords() -> tuple[Any, Any]:
+    """The same model with its input as keyword arguments (``tokens=``), as HF models take them."""
+    model, tokens = build()
+    return model, {"tokens": tokens}

@@ -163,3 +163,20 @@ def test_fused_attention_runs_below_a_gemm_of_its_shape() -> None:
     attn = Op("a", "attention", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.5, 2.0)
     ratio = (op_seconds(d, attn, "bf16") - KERNEL_LAUNCH_S) / (op_seconds(d, gemm, "bf16") - KERNEL_LAUNCH_S)
     assert ratio == pytest.approx(1 / ATTENTION_EFFICIENCY)
+
+
+def test_explicit_devices_take_a_type_and_the_schema_agrees() -> None:
+    import jsonschema
+
+    from parplan.config.schema import json_schema
+
+    data = {
+        "devices": [{"name": "g0", "type": "MI300X"}, {"name": "g1", "type": "L4", "memory": "20 GiB"}],
+        "links": [{"a": "g0", "b": "g1", "bandwidth": "50 GB/s"}],
+    }
+    net = build_network(ClusterSpec.model_validate(data))
+    assert net.device("g0").memory_bytes == 192 * 2**30 and net.device("g0").arch is None
+    assert net.device("g1").memory_bytes == 20 * 2**30 and net.device("g1").peak_for("fp8") == 242e12
+    validator = jsonschema.Draft202012Validator(json_schema("cluster"))
+    assert list(validator.iter_errors(data)) == []
+    assert list(validator.iter_errors({"devices": [{"name": "g0", "memory": "1 GiB"}]}))
