@@ -290,6 +290,12 @@ class ShardedStrategy(Spec):
     flash_attention: bool = Field(
         default=True, description="fused attention: scores never written to memory, recomputed in backward"
     )
+    kernels: Literal["fused", "eager"] = Field(
+        default="fused",
+        description="memory-bound work between GEMMs: fused (Megatron's fused norm, bias-GeLU, softmax, "
+        "RoPE kernels, or torch.compile) or eager (PyTorch op by op, as torchtitan or Hugging Face "
+        "without torch.compile: fp32 norms, RoPE and loss, every elementwise op its own kernel)",
+    )
     tp_comm_overlap: bool = Field(
         default=False, description="overlap TP communication with the GEMMs (async TP / userbuffers)"
     )

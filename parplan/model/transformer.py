@@ -32,6 +32,50 @@ What is counted (``b`` micro-batch, ``S`` sequence, ``T = b S / cp`` local token
 ``backward_flops_factor`` is backward FLOPs over forward FLOPs: 2 for a GEMM (activation and weight
 gradients), 2.5 for FlashAttention (its backward recomputes the scores: 5 matmuls against 2), 1 for
 the memory-bound kernels; ``backward_bytes_factor`` likewise for bytes.
+
+Kernel style (``kernels``). ``fused`` (the default: Megatron-LM's fused layer norm, bias-GeLU,
+masked softmax and RoPE, or a compiled graph) counts every memory-bound chain as one kernel that
+reads its inputs and writes its outputs once, as above. ``eager`` counts the kernels PyTorch runs
+op by op without ``torch.compile`` in torchtitan's Llama (``torchtitan/models/llama/model.py``) and
+Hugging Face's ``modeling_llama.py``: every op reads and writes whole tensors, at the dtype the code
+casts them to. Per element (``e`` bytes per activation element, ``f = 4`` for fp32, ``m`` a mask
+byte; the per-row statistics, ``T`` elements, are left out), forward / backward bytes:
+
+- RMSNorm (torchtitan's ``RMSNorm``, HF's ``LlamaRMSNorm``, ATen's composite ``rms_norm``):
+  ``x.float()`` (e+f), ``pow(2)`` (2f), ``mean(-1)`` (f), ``x * rsqrt(.)`` (2f), ``.type_as(x)``
+  (f+e), ``* weight`` (2e): ``4e + 7f``. Backward, autograd op by op: ``* weight`` (dx 2e, dW as
+  mul 3e and sum e), cast (e+f), ``x * r`` (dx 2f, dr as mul 3f and sum f), mean's expand (f),
+  pow's ``grad * 2 * x.pow(1)`` (7f), the two gradients of ``x.float()`` summed (3f), cast (f+e):
+  ``8e + 19f``.
+- LayerNorm (``torch.nn.LayerNorm``): ATen's native kernel is already one kernel: ``2e``; its
+  backward reads ``dy`` and ``x`` twice (input gradient; weight and bias gradients) and writes
+  ``dx``: ``5e``.
+- RoPE (torchtitan's ``apply_rotary_emb``), per rotated element of Q and K: ``.float()`` (e+f), the
+  complex multiply by ``freqs_cis`` (2f), ``.type_as`` (f+e): ``2e + 4f``; backward the same three
+  in reverse: ``2e + 4f``. (HF's ``q * cos + rotate_half(q) * sin`` in 16 bits is ``12e``.)
+- Attention layout: ``repeat_kv`` materialises K and V at every query head when grouped
+  (``expand(...).reshape``: read ``kv`` heads, write ``heads``), backward sums them back; the
+  attention kernel then reads the repeated K and V. The transposes into and out of SDPA are views
+  (the flash kernel takes strided inputs and returns the layout ``.contiguous()`` keeps).
+  Without flash attention the core is ``matmul``, scale (2e), causal-mask add (2e), softmax in fp32
+  (``e + f``), cast back (``f + e``), dropout (``2e + m``), ``matmul``; backward the same bytes.
+- SwiGLU (torchtitan's ``FeedForward``, HF's ``LlamaMLP``): ``w1`` and ``w3`` are two GEMMs (the
+  input read twice), then ``silu`` (2e) and ``*`` (3e): ``5e`` per inner element; backward ``*``
+  (two products: 6e) and ``silu_backward`` (3e): ``9e``.
+- GeLU (``nn.GELU``, the bias folded into the GEMM by ``addmm``): one kernel, ``2e`` / ``3e``.
+- Residual: the add ``x + branch`` (3e); backward the two gradients meeting at ``x`` are summed
+  (3e). With dropout, ``native_dropout`` first (``2e + m`` both ways).
+- Cross-entropy (torchtitan's ``cross_entropy(pred.float(), labels)``, HF's ``logits.float()``), per
+  logit: the cast (e+f) and ``log_softmax`` (2f), ``nll_loss`` reads one entry a row: ``e + 3f``;
+  backward ``nll_loss``'s zero-filled gradient (f), ``log_softmax_backward`` (3f), the cast (f+e):
+  ``e + 5f``.
+- Embedding: the lookup as fused; backward ``embedding_dense_backward`` zero-fills the whole
+  ``V / tp x h`` table gradient before adding the rows.
+
+Each piece stays one :class:`Op` (its bytes summed over its kernels, the backward as
+``backward_bytes_factor``), so the eager style adds bytes, not launches: at the token counts of
+training (thousands of tokens a micro-batch) every kernel moves megabytes and its few microseconds
+of launch do not matter. FLOPs are unchanged.
 """
 
 from __future__ import annotations
@@ -47,6 +91,10 @@ if TYPE_CHECKING:
 
 OpKind = Literal["gemm", "attention", "elementwise", "norm", "embedding", "loss"]
 Recompute = Literal["none", "selective", "full"]
+Kernels = Literal["fused", "eager"]
+
+FP32_BYTES = 4.0
+"""Bytes of an fp32 element: eager code upcasts norms, RoPE and the loss to it."""
 
 CAUSAL_FRACTION = 0.5
 """Share of the ``S x S`` score blocks FlashAttention computes under a causal mask (the diagonal
@@ -279,17 +327,58 @@ def _memory_op(name: str, kind: OpKind, elements: float, flops_per_element: floa
     )
 
 
-def _norm(shape: TransformerShape, name: str, tokens: float) -> Op:
+def _eager_op(
+    name: str, kind: OpKind, elements: float, flops_per_element: float, fwd: float, bwd: float
+) -> Op:
+    """A memory-bound piece run as several eager kernels: ``fwd`` and ``bwd`` bytes an element."""
+    return Op(
+        name=name,
+        kind=kind,
+        flops=flops_per_element * elements,
+        bytes_moved=fwd * elements,
+        backward_flops_factor=BACKWARD_FLOPS[kind],
+        backward_bytes_factor=bwd / fwd,
+    )
+
+
+def eager_bytes_per_element(piece: str, e: float, mask: float = MASK_BYTES) -> tuple[float, float]:
+    """(forward, backward) bytes per element of one piece run eagerly (module docstring)."""
+    f = FP32_BYTES
+    table = {
+        "rmsnorm": (4.0 * e + 7.0 * f, 8.0 * e + 19.0 * f),
+        "layernorm": (2.0 * e, 5.0 * e),
+        "rope": (2.0 * e + 4.0 * f, 2.0 * e + 4.0 * f),
+        "swiglu": (5.0 * e, 9.0 * e),
+        "gelu": (2.0 * e, 3.0 * e),
+        "residual": (3.0 * e, 3.0 * e),
+        "dropout": (2.0 * e + mask, 2.0 * e + mask),
+        "softmax": (2.0 * e + 2.0 * e + (e + f) + (f + e), 2.0 * e + 2.0 * e + (e + f) + (f + e)),
+        "cross_entropy": (e + 3.0 * f, e + 5.0 * f),
+    }
+    return table[piece]
+
+
+def _norm(shape: TransformerShape, name: str, tokens: float, kernels: Kernels = "fused") -> Op:
     """LayerNorm (mean, variance, scale, shift: ~5 FLOPs an element) or RMSNorm (~4)."""
     elements = tokens * shape.hidden
     per = 5.0 if shape.norm == "layernorm" else 4.0
+    if kernels == "eager":
+        return _eager_op(
+            name, "norm", elements, per, *eager_bytes_per_element(shape.norm, shape.bytes_per_element)
+        )
     return _memory_op(name, "norm", elements, per, 2.0 * elements * shape.bytes_per_element)
 
 
-def _residual(shape: TransformerShape, name: str, tokens: float) -> Op:
+def _residual(shape: TransformerShape, name: str, tokens: float, kernels: Kernels = "fused") -> Op:
     """Dropout (if any) and the residual add: read two tensors, write one (and the mask)."""
     elements = tokens * shape.hidden
     mask = MASK_BYTES if shape.dropout else 0.0
+    if kernels == "eager":
+        fwd, bwd = eager_bytes_per_element("residual", shape.bytes_per_element)
+        if shape.dropout:
+            d_fwd, d_bwd = eager_bytes_per_element("dropout", shape.bytes_per_element)
+            fwd, bwd = fwd + d_fwd, bwd + d_bwd
+        return _eager_op(name, "elementwise", elements, 2.0, fwd, bwd)
     return _memory_op(name, "elementwise", elements, 2.0, elements * (3.0 * shape.bytes_per_element + mask))
 
 
@@ -302,20 +391,40 @@ def _kv_heads_local(shape: TransformerShape, tp: int) -> float:
     return max(shape.kv_heads / tp, 1.0)
 
 
+def _repeat_kv(shape: TransformerShape, tokens: float, heads: float, kv: float) -> tuple[Op, ...]:
+    """Eager grouped-query attention's ``repeat_kv`` copies of K and V at every query head."""
+    if heads <= kv:
+        return ()
+    e, hd = shape.bytes_per_element, shape.head_dim
+    copy = 2.0 * tokens * (kv + heads) * hd * e  # K and V: read kv heads, write heads
+    return (_memory_op("repeat_kv", "elementwise", 2.0 * tokens * heads * hd, 0.0, copy),)
+
+
 def attention_ops(
-    shape: TransformerShape, *, microbatch: int, tp: int, cp: int, flash_attention: bool
+    shape: TransformerShape,
+    *,
+    microbatch: int,
+    tp: int,
+    cp: int,
+    flash_attention: bool,
+    kernels: Kernels = "fused",
 ) -> tuple[Op, ...]:
     """The attention core (between the QKV and output projections) of one device, forward."""
     e, s, b, hd = shape.bytes_per_element, shape.sequence_length, microbatch, shape.head_dim
     heads = shape.heads / tp
     kv = _kv_heads_local(shape, tp)
     tokens = _tokens(shape, microbatch, cp)
+    layout: tuple[Op, ...] = ()
+    if kernels == "eager":
+        layout = _repeat_kv(shape, tokens, heads, kv)
+        kv = max(kv, heads)  # the core reads the repeated K and V
     rows = tokens * heads  # query rows over every local head
     qo_bytes = 2.0 * tokens * heads * hd * e
     kv_bytes = 2.0 * b * s * kv * hd * e  # the whole sequence's K and V (ring attention streams it)
     if flash_attention:
         keys = s * CAUSAL_FRACTION
         return (
+            *layout,
             Op(
                 name="attention",
                 kind="attention",
@@ -328,7 +437,14 @@ def attention_ops(
         )
     scores = rows * s
     mask = (e + MASK_BYTES) if shape.dropout else 0.0
+    if kernels == "eager":
+        fwd, _ = eager_bytes_per_element("softmax", e)
+        drop = eager_bytes_per_element("dropout", e)[0] if shape.dropout else 0.0
+        softmax = _eager_op("softmax", "elementwise", scores, 5.0, fwd + drop, fwd + drop)
+    else:
+        softmax = _memory_op("softmax", "elementwise", scores, 5.0, scores * (2.0 * e + mask))
     return (
+        *layout,
         Op(
             "attn_scores",
             "gemm",
@@ -338,7 +454,7 @@ def attention_ops(
             BACKWARD_FLOPS["gemm"],
             BACKWARD_BYTES["gemm"],
         ),
-        _memory_op("softmax", "elementwise", scores, 5.0, scores * (2.0 * e + mask)),
+        softmax,
         Op(
             "attn_context",
             "gemm",
@@ -351,27 +467,41 @@ def attention_ops(
     )
 
 
-def _dense_mlp(shape: TransformerShape, tokens: float, tp: int) -> tuple[Op, ...]:
+def _dense_mlp(shape: TransformerShape, tokens: float, tp: int, kernels: Kernels = "fused") -> tuple[Op, ...]:
     e, h = shape.bytes_per_element, shape.hidden
     inner = shape.ffn_hidden / tp
-    up = 2.0 * inner if shape.activation == "swiglu" else inner
+    up_ops: tuple[Op, ...]
+    if shape.activation == "swiglu" and kernels == "eager":  # w1 and w3 as two GEMMs
+        up_ops = (_gemm("mlp_gate", tokens, inner, h, e), _gemm("mlp_up", tokens, inner, h, e))
+    else:
+        up_ops = (_gemm("mlp_up", tokens, 2.0 * inner if shape.activation == "swiglu" else inner, h, e),)
     return (
-        _gemm("mlp_up", tokens, up, h, e),
-        _activation(shape, "mlp_activation", tokens * inner),
+        *up_ops,
+        _activation(shape, "mlp_activation", tokens * inner, kernels),
         _gemm("mlp_down", tokens, h, inner, e),
     )
 
 
-def _activation(shape: TransformerShape, name: str, elements: float) -> Op:
+def _activation(shape: TransformerShape, name: str, elements: float, kernels: Kernels = "fused") -> Op:
     """GELU (tanh form, ~8 FLOPs an element) or SwiGLU (silu(gate) x up: ~5), memory bound."""
     e = shape.bytes_per_element
+    if kernels == "eager":
+        per = 5.0 if shape.activation == "swiglu" else 8.0
+        return _eager_op(name, "elementwise", elements, per, *eager_bytes_per_element(shape.activation, e))
     if shape.activation == "swiglu":
         return _memory_op(name, "elementwise", elements, 5.0, 3.0 * elements * e)
     return _memory_op(name, "elementwise", elements, 8.0, 2.0 * elements * e)
 
 
 def _moe_mlp(
-    shape: TransformerShape, tokens: float, *, tp: int, sp: bool, ep: int, capacity_factor: float
+    shape: TransformerShape,
+    tokens: float,
+    *,
+    tp: int,
+    sp: bool,
+    ep: int,
+    capacity_factor: float,
+    kernels: Kernels = "fused",
 ) -> tuple[Op, ...]:
     e, h = shape.bytes_per_element, shape.hidden
     router_tokens = tokens / tp if sp else tokens
@@ -386,7 +516,7 @@ def _moe_mlp(
         _gemm("router", router_tokens, shape.experts, h, e),
         _memory_op("dispatch", "elementwise", slots * h, 0.0, 2.0 * slots * h * e),
         replace(up_op, gemm_mnk=(per_expert, *_mnk(up_op)[1:])),
-        _activation(shape, "experts_activation", slots * inner),
+        _activation(shape, "experts_activation", slots * inner, kernels),
         replace(down_op, gemm_mnk=(per_expert, *_mnk(down_op)[1:])),
         _memory_op("combine", "elementwise", slots * h, 2.0, (slots * h + tokens * h) * e),
     )
@@ -407,10 +537,12 @@ def block_ops(
     ep: int = 1,
     capacity_factor: float = 1.0,
     layer: int = 0,
+    kernels: Kernels = "fused",
 ) -> tuple[Op, ...]:
     """Forward kernels of block ``layer`` for one micro-batch on one device, in execution order.
 
-    The TP/SP/CP/EP communication between them is the plan's (not listed here).
+    The TP/SP/CP/EP communication between them is the plan's (not listed here). ``kernels``: the
+    memory-bound work as fused chains or as PyTorch's eager kernels (module docstring).
     """
     e, h = shape.bytes_per_element, shape.hidden
     tokens = _tokens(shape, microbatch, cp)
@@ -418,60 +550,100 @@ def block_ops(
     heads = shape.heads / tp
     kv = _kv_heads_local(shape, tp)
     ops: list[Op] = [
-        _norm(shape, "attn_norm", seq_tokens),
+        _norm(shape, "attn_norm", seq_tokens, kernels),
         _gemm("qkv", tokens, (heads + 2.0 * kv) * shape.head_dim, h, e),
     ]
     if shape.position == "rope":
         elements = tokens * (heads + kv) * shape.head_dim
-        ops.append(_memory_op("rope", "elementwise", elements, 3.0, 2.0 * elements * e))
-    ops.extend(attention_ops(shape, microbatch=microbatch, tp=tp, cp=cp, flash_attention=flash_attention))
+        if kernels == "eager":
+            ops.append(_eager_op("rope", "elementwise", elements, 3.0, *eager_bytes_per_element("rope", e)))
+        else:
+            ops.append(_memory_op("rope", "elementwise", elements, 3.0, 2.0 * elements * e))
+    ops.extend(
+        attention_ops(
+            shape, microbatch=microbatch, tp=tp, cp=cp, flash_attention=flash_attention, kernels=kernels
+        )
+    )
     ops.append(_gemm("proj", tokens, h, heads * shape.head_dim, e))
-    ops.append(_residual(shape, "attn_residual", seq_tokens))
-    ops.append(_norm(shape, "mlp_norm", seq_tokens))
+    ops.append(_residual(shape, "attn_residual", seq_tokens, kernels))
+    ops.append(_norm(shape, "mlp_norm", seq_tokens, kernels))
     if shape.is_moe(layer):
-        ops.extend(_moe_mlp(shape, tokens, tp=tp, sp=sp, ep=ep, capacity_factor=capacity_factor))
+        ops.extend(
+            _moe_mlp(shape, tokens, tp=tp, sp=sp, ep=ep, capacity_factor=capacity_factor, kernels=kernels)
+        )
     else:
-        ops.extend(_dense_mlp(shape, tokens, tp))
-    ops.append(_residual(shape, "mlp_residual", seq_tokens))
+        ops.extend(_dense_mlp(shape, tokens, tp, kernels))
+    ops.append(_residual(shape, "mlp_residual", seq_tokens, kernels))
     return tuple(ops)
 
 
 def embedding_ops(
-    shape: TransformerShape, *, microbatch: int, tp: int, cp: int, sp: bool = False
+    shape: TransformerShape,
+    *,
+    microbatch: int,
+    tp: int,
+    cp: int,
+    sp: bool = False,
+    kernels: Kernels = "fused",
 ) -> tuple[Op, ...]:
     """The (vocabulary-parallel) token lookup, and the position add and dropout when learned.
 
     Each TP rank reads the rows of its ``V / tp`` slice and writes a full ``T x h`` partial (the
     plan's all-reduce, or with ``sp`` reduce-scatter, sums them; the add and dropout then touch the
-    rank's ``1 / tp`` of the tokens under SP).
+    rank's ``1 / tp`` of the tokens under SP). Eager, the backward also zero-fills the rank's whole
+    table gradient before adding the rows.
     """
     e, h = shape.bytes_per_element, shape.hidden
     tokens = _tokens(shape, microbatch, cp)
     lookup = tokens * h * e * (1.0 + 1.0 / tp) + 8.0 * tokens  # rows read, partial written, int64 ids
-    ops = [_memory_op("embedding", "embedding", tokens * h, 0.0, lookup)]
+    embedding = _memory_op("embedding", "embedding", tokens * h, 0.0, lookup)
+    if kernels == "eager":
+        table = shape.vocabulary / tp * h * e
+        embedding = replace(embedding, backward_bytes_factor=(lookup + table) / lookup)
+    ops = [embedding]
     if shape.position == "learned" or shape.dropout:
         elements = tokens * h / (tp if sp else 1)
         mask = MASK_BYTES if shape.dropout else 0.0
-        ops.append(_memory_op("embedding_add", "elementwise", elements, 2.0, elements * (3.0 * e + mask)))
+        if kernels == "eager":
+            fwd, bwd = eager_bytes_per_element("residual", e)
+            if shape.dropout:
+                fwd, bwd = (
+                    fwd + eager_bytes_per_element("dropout", e)[0],
+                    bwd + eager_bytes_per_element("dropout", e)[1],
+                )
+            ops.append(_eager_op("embedding_add", "elementwise", elements, 2.0, fwd, bwd))
+        else:
+            ops.append(_memory_op("embedding_add", "elementwise", elements, 2.0, elements * (3.0 * e + mask)))
     return tuple(ops)
 
 
 def head_ops(
-    shape: TransformerShape, *, microbatch: int, tp: int, cp: int, sp: bool = False
+    shape: TransformerShape,
+    *,
+    microbatch: int,
+    tp: int,
+    cp: int,
+    sp: bool = False,
+    kernels: Kernels = "fused",
 ) -> tuple[Op, ...]:
     """The final norm, the logits GEMM (vocabulary split over ``tp``) and the cross-entropy.
 
-    The loss is Megatron's vocabulary-parallel cross-entropy: the logits are read, upcast to fp32
-    and normalised (~5 FLOPs an element, ``e + 8`` bytes).
+    Fused, the loss is Megatron's vocabulary-parallel cross-entropy: the logits are read, upcast to
+    fp32 and normalised (~5 FLOPs an element, ``e + 8`` bytes). Eager, it is ``cross_entropy`` on
+    ``logits.float()`` (module docstring).
     """
     e, h = shape.bytes_per_element, shape.hidden
     tokens = _tokens(shape, microbatch, cp)
     vocab = shape.vocabulary / tp
     logits = tokens * vocab
+    if kernels == "eager":
+        loss = _eager_op("loss", "loss", logits, 5.0, *eager_bytes_per_element("cross_entropy", e))
+    else:
+        loss = _memory_op("loss", "loss", logits, 5.0, logits * (e + 8.0))
     return (
-        _norm(shape, "final_norm", tokens / tp if sp else tokens),
+        _norm(shape, "final_norm", tokens / tp if sp else tokens, kernels),
         _gemm("logits", tokens, vocab, h, e),
-        _memory_op("loss", "loss", logits, 5.0, logits * (e + 8.0)),
+        loss,
     )
 
 

@@ -284,3 +284,106 @@ def test_kv_heads_fewer_than_tp_ranks_are_replicated() -> None:
         if o.name == "mlp_up"
     ]
     assert up.gemm_mnk == (2048, 2 * 28672 // 8, 8192)  # SwiGLU's gate and up in one GEMM
+
+
+# -- kernel style: fused chains or PyTorch's eager kernels ----------------------------------------
+
+
+def llama(**fields: Any) -> TransformerShape:
+    """A Llama-style block (RMSNorm, RoPE, SwiGLU, grouped-query attention, no dropout), bf16."""
+    base = {
+        "kind": "transformer",
+        "layers": 2,
+        "hidden": 1024,
+        "heads": 16,
+        "kv_heads": 4,
+        "ffn_hidden": 2816,
+        "seq_len": 512,
+        "vocab": 32000,
+        "activation": "swiglu",
+        "norm": "rmsnorm",
+        "position": "rope",
+        "bias": False,
+        "dropout": False,
+        "tie_embeddings": False,
+    }
+    return shape_of_generator(TransformerGenerator.model_validate({**base, **fields}), 2.0)
+
+
+def by_name(ops: tuple[Any, ...]) -> dict[str, Any]:
+    return {o.name: o for o in ops}
+
+
+def test_eager_bytes_exceed_fused_by_the_counted_ratio() -> None:
+    shape = llama()
+    kw: dict[str, Any] = {"microbatch": 2, "tp": 1, "sp": False, "cp": 1, "flash_attention": True}
+    fused, eager = by_name(block_ops(shape, **kw)), by_name(block_ops(shape, **kw, kernels="eager"))
+    tokens, h, e, f = 2 * 512, 1024, 2.0, 4.0
+    # RMSNorm: 2e fused against 4e + 7f eager forward (36 bytes), 8e + 19f backward (92 bytes)
+    assert fused["attn_norm"].bytes_moved == tokens * h * 2 * e
+    assert eager["attn_norm"].bytes_moved == tokens * h * 36.0
+    assert eager["attn_norm"].bytes_moved / fused["attn_norm"].bytes_moved == pytest.approx(9.0)
+    assert eager["attn_norm"].bytes_moved * eager["attn_norm"].backward_bytes_factor == pytest.approx(
+        tokens * h * 92.0
+    )
+    # RoPE over Q and K: 2e fused, 2e + 4f eager (fp32 complex multiply), both ways
+    rotated = tokens * (16 + 4) * 64
+    assert eager["rope"].bytes_moved == rotated * (2 * e + 4 * f) == 5.0 * fused["rope"].bytes_moved
+    assert eager["rope"].backward_bytes_factor == 1.0
+    # SwiGLU: 3e fused, silu (2e) then mul (3e) eager; w1 and w3 two GEMMs of the fused one's FLOPs
+    assert eager["mlp_activation"].bytes_moved / fused["mlp_activation"].bytes_moved == pytest.approx(5 / 3)
+    assert eager["mlp_gate"].flops + eager["mlp_up"].flops == fused["mlp_up"].flops
+    # residual adds: 3e both ways
+    assert eager["attn_residual"].bytes_moved == fused["attn_residual"].bytes_moved
+    # repeat_kv: K and V read at 4 heads, written at 16; the core then reads 16 heads of K and V
+    assert eager["repeat_kv"].bytes_moved == 2 * tokens * (4 + 16) * 64 * e
+    assert "repeat_kv" not in fused
+    kv_extra = 2 * 2 * 512 * (16 - 4) * 64 * e
+    assert eager["attention"].bytes_moved - fused["attention"].bytes_moved == pytest.approx(kv_extra)
+    # matmul FLOPs are the same: the kernel style moves bytes, not arithmetic
+    assert matmul_flops(tuple(eager.values())) == matmul_flops(tuple(fused.values()))
+
+
+def test_eager_loss_norm_and_embedding_gradient() -> None:
+    shape = llama()
+    _, _, f_loss = head_ops(shape, microbatch=1, tp=2, cp=1)
+    e_norm, _, e_loss = head_ops(shape, microbatch=1, tp=2, cp=1, kernels="eager")
+    logits = 512 * 32000 / 2
+    assert f_loss.bytes_moved == logits * 10.0  # e + 8
+    assert e_loss.bytes_moved == logits * 14.0  # cast (e + f) + log_softmax (2f)
+    assert e_loss.bytes_moved * e_loss.backward_bytes_factor == pytest.approx(logits * 22.0)  # e + 5f
+    assert e_norm.bytes_moved == 512 * 1024 * 36.0
+    (f_emb,) = embedding_ops(shape, microbatch=1, tp=2, cp=1)
+    (e_emb,) = embedding_ops(shape, microbatch=1, tp=2, cp=1, kernels="eager")
+    assert e_emb.bytes_moved == f_emb.bytes_moved
+    table = 32000 / 2 * 1024 * 2.0  # the zero-filled gradient of the rank's table
+    assert e_emb.bytes_moved * e_emb.backward_bytes_factor == pytest.approx(f_emb.bytes_moved + table)
+
+
+def test_eager_layernorm_gelu_dropout_and_unfused_softmax() -> None:
+    shape = gpt()
+    kw: dict[str, Any] = {"microbatch": 1, "tp": 2, "sp": False, "cp": 1, "flash_attention": False}
+    fused, eager = by_name(block_ops(shape, **kw)), by_name(block_ops(shape, **kw, kernels="eager"))
+    # native LayerNorm and GELU are single kernels eager too: the same forward bytes
+    assert eager["attn_norm"].bytes_moved == fused["attn_norm"].bytes_moved
+    assert eager["mlp_activation"].bytes_moved == fused["mlp_activation"].bytes_moved
+    assert eager["attn_norm"].backward_bytes_factor == 2.5
+    # residual with dropout: native_dropout (2e + mask) then the add (3e)
+    assert eager["attn_residual"].bytes_moved == 2048 * 2048 * (5 * 2.0 + 1.0)
+    # no grouping, no repeat_kv; the softmax chain: scale, mask add, fp32 softmax, cast, dropout
+    assert "repeat_kv" not in eager
+    scores = 2048 * 8 * 2048
+    assert eager["softmax"].bytes_moved == scores * (4 + 4 + 6 + 6 + 5)
+    assert fused["softmax"].bytes_moved == scores * 7  # read, write, dropout output and mask
+
+
+def test_fused_is_the_default() -> None:
+    for shape in (gpt(), llama(), llama(experts=4, top_k=2)):
+        kw: dict[str, Any] = {"microbatch": 1, "tp": 2, "sp": True, "cp": 1, "flash_attention": True}
+        assert block_ops(shape, **kw) == block_ops(shape, **kw, kernels="fused")
+        assert head_ops(shape, microbatch=1, tp=2, cp=1) == head_ops(
+            shape, microbatch=1, tp=2, cp=1, kernels="fused"
+        )
+        assert embedding_ops(shape, microbatch=1, tp=2, cp=1) == embedding_ops(
+            shape, microbatch=1, tp=2, cp=1, kernels="fused"
+        )

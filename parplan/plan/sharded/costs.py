@@ -182,6 +182,7 @@ class _Roofline:
                 ep=mesh.ep,
                 capacity_factor=s.capacity_factor,
                 layer=layer,
+                kernels=s.kernels,
             )
             found = self._blocks[key] = self._seconds(ops)
         return found
@@ -192,9 +193,16 @@ class _Roofline:
 
         s = self.strategy
         if which == "embedding":
-            ops = embedding_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp)
+            ops = embedding_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp, kernels=s.kernels)
         else:
-            ops = head_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp, sp=s.sequence_parallel)
+            ops = head_ops(
+                self.shape,
+                microbatch=s.microbatch_size,
+                tp=s.tp,
+                cp=s.cp,
+                sp=s.sequence_parallel,
+                kernels=s.kernels,
+            )
         fwd, bwd, _, _, _ = self._seconds(ops)
         return fwd, bwd
 

@@ -150,3 +150,13 @@ def test_a_model_that_is_not_a_transformer_is_refused() -> None:
     ctx = type(ctx)(network=ctx.network, model=build_model(spec), model_spec=spec, training=ctx.training)
     with pytest.raises(PlanError, match="needs a transformer model"):
         layout_plan(ctx, sharded())
+
+
+def test_the_kernels_field_round_trips_and_reaches_the_ops() -> None:
+    strategy = sharded(tp=2, kernels="eager")
+    assert strategy.kernels == "eager" and sharded(tp=2).kernels == "fused"
+    assert type(strategy).model_validate(strategy.model_dump()) == strategy
+    ctx = context(gpt(layers=4))
+    fused = layout_plan(ctx, sharded(tp=2)).chunks[0][0]
+    eager = layout_plan(ctx, sharded(tp=2, kernels="eager")).chunks[0][0]
+    assert eager.forward_s > fused.forward_s and eager.backward_s > fused.backward_s
