@@ -90,7 +90,8 @@ def main() -> None:
         figures[name] = (statistics.median(w for w, _ in samples), statistics.median(c for _, c in samples))
     base_wall, base_cpu = figures["python -c pass"]
     cache = "without" if args.no_bytecode else "with"
-    print(f"start-up, medians of {args.runs} runs {cache} cached bytecode (seconds; 'added' = less a bare interpreter)")
+    print(f"start-up, medians of {args.runs} runs {cache} cached bytecode", end=" ")
+    print("(seconds; 'added' = less a bare interpreter)")
     print(f"{'command':40} {'wall':>7} {'cpu':>7} {'added wall':>11} {'added cpu':>10}")
     for name, (wall, cpu) in figures.items():
         print(f"{name:40} {wall:>7.3f} {cpu:>7.3f} {wall - base_wall:>11.3f} {cpu - base_cpu:>10.3f}")
