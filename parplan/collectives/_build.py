@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from parplan.collectives.schedule import _STEP_MAX, STEP_DTYPES, IntArray, Schedule
+from parplan.collectives.schedule import _STEP_MAX, STEP_DTYPES, IntArray, Schedule, StepArray
 from parplan.errors import CollectiveError
 
 AnyIntArray = npt.NDArray[np.integer[Any]]
@@ -88,7 +88,9 @@ class StepBuffer:
         self._row_counts = []
         self._row_deps = []
 
-    def add_block(self, columns: dict[str, np.ndarray], dep_counts: IntArray, dep_indices: IntArray) -> int:
+    def add_block(
+        self, columns: dict[str, np.ndarray], dep_counts: IntArray, dep_indices: AnyIntArray
+    ) -> int:
         """Append many steps at once; ``dep_indices`` are absolute step indices. Returns the first."""
         self._flush()
         first = self.num_steps
@@ -145,20 +147,23 @@ class StepBuffer:
         )
 
 
-def _offsets(counts: AnyIntArray, num_edges: int) -> AnyIntArray:
+def _offsets(counts: AnyIntArray, num_edges: int) -> StepArray:
     """CSR offsets of ``counts`` (one more entry), written once in the schedule's int32 when
     ``num_edges`` fits (no 64-bit copy of the column at 33 M steps), else int64 (which
     :class:`~parplan.collectives.schedule.Schedule` then refuses, naming the limit)."""
-    dtype = np.int32 if num_edges <= _STEP_MAX else np.int64
-    offsets = np.zeros(len(counts) + 1, dtype=dtype)
-    np.cumsum(counts, dtype=dtype, out=offsets[1:])
+    offsets: StepArray
+    if num_edges <= _STEP_MAX:
+        offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    else:
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, dtype=offsets.dtype, out=offsets[1:])
     return offsets
 
 
 def make_schedule(
     cols: dict[str, np.ndarray],
     dep_counts: AnyIntArray,
-    dep_indices: IntArray,
+    dep_indices: StepArray,
     *,
     algorithm: str,
     collective: str,
