@@ -4,6 +4,12 @@ collective`` on the 4-host sample switch, against a bare interpreter, as whole p
     python benchmarks/startup.py             # 7 runs of each, medians
     python benchmarks/startup.py --runs 15
     python benchmarks/startup.py --imports   # also the heaviest imports of each (python -X importtime)
+    python benchmarks/startup.py --no-bytecode   # compile every module on every run
+
+Runs use cached bytecode (``__pycache__``), as an installed package does: ``PYTHONDONTWRITEBYTECODE``
+is dropped from the children's environment and a first run of each command writes the cache.
+Without the cache (``--no-bytecode``: an empty cache directory that is never written) every run
+also compiles every module it imports.
 
 Printed per command: the median wall time and the median CPU time (user + system, from the
 operating system's accounting of the finished child), each also less the bare interpreter's
@@ -19,6 +25,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -67,18 +74,26 @@ def main() -> None:
     )
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--imports", action="store_true", help="show the heaviest imports of each")
+    parser.add_argument("--no-bytecode", action="store_true", help="compile every module on every run")
     args = parser.parse_args()
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if args.no_bytecode:  # an empty cache directory that is never written: every run compiles
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="parplan-no-bytecode-")
     figures: dict[str, tuple[float, float]] = {}
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in COMMANDS}
-    _once(COMMANDS["python -c pass"], env)  # warm the file cache
+    for cmd in COMMANDS.values():  # warm the file cache and write the bytecode cache
+        _once(cmd, env)
     for _ in range(args.runs):  # in turn, so a change of load hits every command alike
         for name, cmd in COMMANDS.items():
             runs[name].append(_once(cmd, env))
     for name, samples in runs.items():
         figures[name] = (statistics.median(w for w, _ in samples), statistics.median(c for _, c in samples))
     base_wall, base_cpu = figures["python -c pass"]
-    print(f"start-up, medians of {args.runs} runs (seconds; 'added' = less a bare interpreter)")
+    cache = "without" if args.no_bytecode else "with"
+    print(f"start-up, medians of {args.runs} runs {cache} cached bytecode", end=" ")
+    print("(seconds; 'added' = less a bare interpreter)")
     print(f"{'command':40} {'wall':>7} {'cpu':>7} {'added wall':>11} {'added cpu':>10}")
     for name, (wall, cpu) in figures.items():
         print(f"{name:40} {wall:>7.3f} {cpu:>7.3f} {wall - base_wall:>11.3f} {cpu - base_cpu:>10.3f}")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from parplan.collectives.schedule import STEP_DTYPES, IntArray, Schedule
+from parplan.collectives.schedule import _STEP_MAX, STEP_DTYPES, IntArray, Schedule, StepArray
 from parplan.errors import CollectiveError
 
 AnyIntArray = npt.NDArray[np.integer[Any]]
@@ -88,7 +88,9 @@ class StepBuffer:
         self._row_counts = []
         self._row_deps = []
 
-    def add_block(self, columns: dict[str, np.ndarray], dep_counts: IntArray, dep_indices: IntArray) -> int:
+    def add_block(
+        self, columns: dict[str, np.ndarray], dep_counts: IntArray, dep_indices: AnyIntArray
+    ) -> int:
         """Append many steps at once; ``dep_indices`` are absolute step indices. Returns the first."""
         self._flush()
         first = self.num_steps
@@ -145,21 +147,23 @@ class StepBuffer:
         )
 
 
-def _cumsum_into(counts: AnyIntArray, out: IntArray, block: int = 1 << 20) -> None:
-    """``out[:] = cumsum(counts)`` in int64, a block at a time so narrow counts are never copied
-    whole into a 64-bit temporary."""
-    running = 0
-    for start in range(0, len(counts), block):
-        part = out[start : start + block]
-        np.cumsum(counts[start : start + block], dtype=np.int64, out=part)
-        part += running
-        running = int(part[-1])
+def _offsets(counts: AnyIntArray, num_edges: int) -> StepArray:
+    """CSR offsets of ``counts`` (one more entry), written once in the schedule's int32 when
+    ``num_edges`` fits (no 64-bit copy of the column at 33 M steps), else int64 (which
+    :class:`~parplan.collectives.schedule.Schedule` then refuses, naming the limit)."""
+    offsets: StepArray
+    if num_edges <= _STEP_MAX:
+        offsets = np.zeros(len(counts) + 1, dtype=np.int32)
+    else:
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, dtype=offsets.dtype, out=offsets[1:])
+    return offsets
 
 
 def make_schedule(
     cols: dict[str, np.ndarray],
     dep_counts: AnyIntArray,
-    dep_indices: IntArray,
+    dep_indices: StepArray,
     *,
     algorithm: str,
     collective: str,
@@ -184,8 +188,7 @@ def make_schedule(
         cols = {k: v[keep] for k, v in cols.items()}
         step_meta = {k: v[keep] for k, v in step_meta.items()}
     meta.update(step_meta)
-    dep_offsets = np.zeros(len(dep_counts) + 1, dtype=np.int64)
-    _cumsum_into(dep_counts, dep_offsets[1:])
+    dep_offsets = _offsets(dep_counts, len(dep_indices))
     return Schedule(
         algorithm=algorithm,
         collective=collective,

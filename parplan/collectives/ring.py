@@ -60,7 +60,7 @@ from parplan.collectives.algorithm import (
     zero_traffic,
 )
 from parplan.collectives.groups import resolve_groups
-from parplan.collectives.schedule import IntArray, Schedule, chunk_bounds
+from parplan.collectives.schedule import _STEP_MAX, IntArray, Schedule, StepArray, chunk_bounds
 from parplan.errors import CollectiveError
 
 RING_PHASES = ("reduce_scatter", "all_gather")
@@ -81,7 +81,7 @@ def ring_block(
     prior: Sequence[Sequence[int]] | None = None,
     phases: tuple[int, int] = (0, 1),
     chunks: tuple[IntArray, IntArray] | None = None,
-) -> tuple[dict[str, np.ndarray], AnyIntArray, IntArray]:
+) -> tuple[dict[str, np.ndarray], AnyIntArray, StepArray]:
     """The steps of a ring over ``ranks`` (ring order) with chunk ``bounds`` (``len(ranks) + 1``),
     or with ``chunks``: the (start, size) of each position's chunk when they are not contiguous
     in ring order (``bounds`` is then ignored). The position-``i`` chunk is the one a
@@ -125,7 +125,12 @@ def ring_block(
     # One dependency per step after the first round; int8 counts keep the p = 4096 build small.
     counts: AnyIntArray = np.ones(total, dtype=np.int8 if prior is None else np.int64)
     counts[: min(q, total)] = 0
-    deps = np.arange(q, total, dtype=np.int64)
+    # Absolute step indices, in the schedule's int32 when they fit (no 64-bit copy at 33 M steps).
+    deps: StepArray
+    if base + total <= _STEP_MAX:
+        deps = np.arange(q, total, dtype=np.int32)
+    else:
+        deps = np.arange(q, total, dtype=np.int64)
     deps -= q + 1 - base
     deps[::q] += q
     if prior is not None and total:
@@ -134,7 +139,9 @@ def ring_block(
         extra_counts = np.zeros(total, dtype=np.int64)
         extra_counts[: extra_rows * q] = np.tile(lengths, extra_rows)
         flat_prior = np.asarray([x for group in prior for x in group], dtype=np.int64)
-        counts, deps = merge_csr(counts.astype(np.int64), deps, extra_counts, np.tile(flat_prior, extra_rows))
+        counts, deps = merge_csr(
+            counts.astype(np.int64), deps.astype(np.int64), extra_counts, np.tile(flat_prior, extra_rows)
+        )
     return columns, counts, deps
 
 
@@ -230,7 +237,7 @@ def ring_all_reduce(
     # channel (the case that must stay lean at p = 4096) uses its block as is.
     columns: dict[str, np.ndarray] = {}
     counts: AnyIntArray = np.zeros(0, dtype=np.int8)
-    deps: IntArray = np.zeros(0, dtype=np.int64)
+    deps: StepArray = np.zeros(0, dtype=np.int64)
     for c, order in enumerate(orders):
         bounds = chunk_bounds(int(parts[c + 1] - parts[c]), p) + parts[c]
         block, block_counts, block_deps = ring_block(np.asarray(order, dtype=np.int32), bounds, 0)
@@ -241,7 +248,10 @@ def ring_all_reduce(
         if not c:
             columns = {k: np.empty(count * steps, dtype=v.dtype) for k, v in block.items()}
             counts = np.empty(count * steps, dtype=block_counts.dtype)
-            deps = np.empty(count * edges, dtype=np.int64)
+            if count * steps <= _STEP_MAX:
+                deps = np.empty(count * edges, dtype=np.int32)
+            else:
+                deps = np.empty(count * edges, dtype=np.int64)
         for k, v in block.items():
             columns[k][c * steps : (c + 1) * steps] = v
         counts[c * steps : (c + 1) * steps] = block_counts

@@ -61,7 +61,7 @@ def _ring_schedule(
                 all_gather=ag,
                 chunks=ring_half_chunks(num_elements, order, c, count),
             )
-            blocks.append((block, block_counts.astype(np.int64), block_deps))
+            blocks.append((block, block_counts.astype(np.int64), block_deps.astype(np.int64)))
         steps = len(blocks[0][1])
         columns = {k: np.concatenate([b[k] for b, _, _ in blocks]) for k in blocks[0][0]}
         counts = np.concatenate([n for _, n, _ in blocks])

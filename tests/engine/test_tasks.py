@@ -82,3 +82,27 @@ def test_finishing_batches_releases_exactly_the_tasks_whose_deps_are_all_done(
         frontier += ready
     assert dependencies.num_done == n and len(released) == n
     assert dependencies.stuck(5) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), n=st.integers(1, 60))
+def test_successor_lists_are_those_of_a_plain_count_whether_or_not_a_task_has_several(
+    data: st.DataObject, n: int
+) -> None:
+    # Graphs where no task is the dependency of two others (a collective's chains, built without a
+    # sort) and graphs where some are (the general path) give the same CSR as counting by hand.
+    b = TaskGraphBuilder()
+    unique = data.draw(st.booleans())
+    taken: set[int] = set()
+    successors: list[list[int]] = [[] for _ in range(n)]
+    for t in range(n):
+        pool = [d for d in range(t) if not (unique and d in taken)]
+        mine = sorted(set(data.draw(st.lists(st.sampled_from(pool), max_size=3)))) if pool else []
+        taken.update(mine)
+        for d in mine:
+            successors[d].append(t)
+        b.marker(mine)
+    deps = Dependencies(TaskView.of(b.build()))
+    offsets = np.cumsum([0] + [len(s) for s in successors])
+    assert deps.succ_off.tolist() == offsets.tolist()
+    assert deps.succ_idx.tolist() == [t for s in successors for t in s]
