@@ -154,29 +154,22 @@ def check_name(check: ThresholdCheck, large_from_bytes: float) -> str:
     return f"{check.statistic} |error|, {band_name(check.band, large_from_bytes)}"
 
 
-def training_view(results: tuple[TrainingResult, ...]) -> Table:
-    """Published training runs beside the predicted step time, every row (excluded ones with why)."""
+def training_view(results: tuple[TrainingResult, ...]) -> RenderableType:
+    """Published training runs beside the predicted step time; every row, the excluded ones listed
+    under the table with the reason."""
     table = Table(title="training runs: step time, published beside predicted", title_justify="left")
-    for column, justify in (
-        ("run", "left"),
-        ("system", "left"),
-        ("GPUs", "right"),
-        ("measured", "right"),
-        ("predicted", "right"),
-        ("error", "right"),
-        ("tokens/s/GPU", "right"),
-        ("MFU", "right"),
-        ("peak memory", "right"),
-    ):
-        table.add_column(column, justify=justify, no_wrap=column != "run")  # type: ignore[arg-type]
+    table.add_column("run", no_wrap=True)
+    table.add_column("system")
+    for column in ("GPUs", "measured", "predicted", "error", "tokens/s/GPU", "MFU", "peak memory"):
+        table.add_column(column, justify="right", no_wrap=True)
+    excluded: list[TrainingResult] = []
     for r in results:
         if r.spec.excluded is not None:
-            excluded = Text(f"excluded: {r.spec.excluded}", style="dim")
-            table.add_row(r.spec.name, r.spec.system, "", "", "", "", "", "", excluded)
+            excluded.append(r)
             continue
         memory = "" if r.peak_memory_bytes is None else hz.size(r.peak_memory_bytes)
         if r.fits is False:
-            memory += " (does not fit)"
+            memory += " ✗"
         table.add_row(
             r.spec.name,
             r.spec.system,
@@ -188,7 +181,10 @@ def training_view(results: tuple[TrainingResult, ...]) -> Table:
             pct(None if r.mfu is None else 100.0 * r.mfu),
             memory,
         )
-    return table
+    lines = [Text(f"excluded: {r.spec.name}: {r.spec.excluded}", style="dim") for r in excluded]
+    if any(r.fits is False for r in results):
+        lines.append(Text("✗ the predicted peak memory does not fit the device", style="dim"))
+    return Group(table, *lines)
 
 
 def checks_view(report: ValidationReport) -> Table:
