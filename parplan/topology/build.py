@@ -62,6 +62,7 @@ from parplan.config.cluster import (
     TransportSpec,
     default_transport,
 )
+from parplan.config.units import LIMITS
 from parplan.errors import TopologyError
 from parplan.topology.network import Network, Router, shortest_hop_route, spread_route
 
@@ -333,8 +334,9 @@ def _hierarchical(b: _Builder, gen: HierarchicalGenerator) -> None:
         for r in range(gen.nics_per_node):
             b.link(f"n{i}.nic{r}", f"rail{r}" if gen.fabric == "rails" else "fabric", gen.nic)
     if gen.fabric == "rails":
+        # non-blocking by default: every node's rail NIC at full rate, within what a spec accepts
         spine = gen.spine or LinkTemplate(
-            bandwidth_Bps=gen.nic.bandwidth_Bps * gen.nodes,
+            bandwidth_Bps=min(gen.nic.bandwidth_Bps * gen.nodes, LIMITS["bandwidth"].maximum),
             latency_s=gen.nic.latency_s,
             full_duplex=gen.nic.full_duplex,
         )

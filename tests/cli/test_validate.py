@@ -53,7 +53,7 @@ def test_a_directory_means_every_config_file_inside(monkeypatch: pytest.MonkeyPa
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["validate-config", "sample_configs"])
     assert result.exit_code == 0
-    assert lines(result.stdout)[0] == "✓ sample_configs/clusters/dgx-a100-2nodes.yaml (cluster)"
+    assert lines(result.stdout)[0] == "✓ sample_configs/clusters/dgx-a100-128nodes.yaml (cluster)"
     info = "population_size: info: 32 members on 16 devices: 2 waves per generation"
     assert f"sample_configs/strategies/population-based.yaml:6:1 {info}" in result.stdout
 

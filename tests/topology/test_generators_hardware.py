@@ -71,6 +71,16 @@ def test_rails_put_nic_r_of_every_node_on_rail_r() -> None:
     assert "spine" not in other and len(other) == 7
 
 
+def test_the_default_spine_stays_within_the_largest_bandwidth_a_spec_accepts() -> None:
+    """NICs at the largest supported rate (1 EB/s) on two nodes: the default spine would need 2 EB/s;
+    it is capped at 1 EB/s instead of failing inside the builder (found by the hostile-input test)."""
+    gen = multi_nic(
+        nics_per_device=None, nics_per_node=8, fabric="rails", nic={"bandwidth": 1e18, "latency": "1 us"}
+    )
+    net = network(generator=gen)
+    assert net.graph.edges["rail0", "spine"]["bandwidth_Bps"] == 1e18
+
+
 def test_rails_with_a_slow_spine_still_reach_everyone() -> None:
     gen = multi_nic(
         nics_per_device=None,
