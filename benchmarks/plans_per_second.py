@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from parplan.api.compare import Comparison, compare_scenario
-from parplan.report.json_report import compare_document, dumps, scenario_info
+from parplan.report.json_report import comparison_document, dumps
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "sample_configs" / "scenarios" / "dp-algorithms.yaml"
@@ -41,19 +41,7 @@ def _compare() -> Comparison:
 
 def _document(comparison: Comparison) -> str:
     """The ``--json`` text ``compare-strategies`` writes for ``comparison``."""
-    spec = comparison.scenario
-    return dumps(
-        compare_document(
-            scenario_info(spec.name, spec.description, comparison.scenario_file),
-            comparison.variants,
-            comparison.ranked,
-            comparison.failed,
-            sweeps=comparison.sweeps,
-            baseline=comparison.baseline,
-            duplicates=comparison.duplicates,
-            baseline_rule=comparison.baseline_rule,
-        )
-    )
+    return dumps(comparison_document(comparison))
 
 
 def _slowest(shown: int) -> None:

@@ -118,7 +118,7 @@ def summarize(ctx: PlanContext, name: str, strategy: Any, work: PlanWork, sim: S
     split = time_split(g, sim)
     samples = float(work.samples_per_unit)
     throughput = samples / step if step > 0 else 0.0
-    seq = ctx.training.sequence_length or ctx.model.sequence_length
+    seq = ctx.sequence_length
     units = ctx.training.steps if work.unit == "step" else work.units_per_run
     run_time = float(g.meta["run_time_s"]) if "run_time_s" in g.meta else step * units  # type: ignore[arg-type]
     memory = work.memory

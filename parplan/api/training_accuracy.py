@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 from parplan.api.kinds import load_expected
 from parplan.config.scenario import ScenarioSpec
 from parplan.errors import ConfigError, ParplanError
+from parplan.plan.base import PlanContext
 from parplan.spec import Spec
 
 TrainingMetric = Literal["step_time_s", "tokens_per_s_per_gpu"]
@@ -95,24 +96,18 @@ class TrainingStats:
         return cls(len(errors), statistics.median(errors), max(errors))
 
 
-def measured_step_s(row: TrainingRowSpec, scenario: ScenarioSpec, devices: int) -> float:
-    """The published figure as seconds per optimizer step (a throughput over ``devices`` GPUs)."""
+def measured_step_s(row: TrainingRowSpec, ctx: PlanContext, devices: int) -> float:
+    """The published figure as seconds per optimizer step (a throughput over ``devices`` GPUs, with
+    the scenario's tokens per sample as ``simulate`` counts them)."""
     if row.measured == "step_time_s":
         return row.value
-    sequence = scenario.training.sequence_length or _model_sequence(scenario)
-    if sequence is None:
+    if ctx.sequence_length is None:
         raise ConfigError(
             f"training row {row.name!r}: a tokens/s figure needs a sequence length "
             "(training.sequence_length or the model generator's seq_len)"
         )
-    tokens = scenario.training.global_batch_size * sequence
+    tokens = ctx.training.global_batch_size * ctx.sequence_length
     return tokens / (row.value * devices)
-
-
-def _model_sequence(scenario: ScenarioSpec) -> int | None:
-    generator = scenario.model.generator
-    sequence = getattr(generator, "sequence_length", None)
-    return int(sequence) if sequence is not None else None
 
 
 def predict_row(row: TrainingRowSpec, scenario_path: Path) -> TrainingResult:
@@ -132,7 +127,7 @@ def predict_row(row: TrainingRowSpec, scenario_path: Path) -> TrainingResult:
     return TrainingResult(
         spec=row,
         devices=devices,
-        measured_step_s=measured_step_s(row, scenario, devices),
+        measured_step_s=measured_step_s(row, ctx, devices),
         predicted_step_s=result.step_time_s,
         predicted_tokens_per_s_per_gpu=tokens,
         mfu=float(mfu) if isinstance(mfu, int | float) else None,

@@ -242,18 +242,9 @@ def write_outputs(comparison: Comparison, outputs: dict[str, str | None]) -> Non
     html_path = outputs.get("--html")
     spec = comparison.scenario
     if json_path or csv_path or html_path:
-        from parplan.report.json_report import compare_document, scenario_info
+        from parplan.report.json_report import comparison_document
 
-        document = compare_document(
-            scenario_info(spec.name, spec.description, comparison.scenario_file),
-            comparison.variants,
-            comparison.ranked,
-            comparison.failed,
-            sweeps=comparison.sweeps,
-            baseline=comparison.baseline,
-            duplicates=comparison.duplicates,
-            baseline_rule=comparison.baseline_rule,
-        )
+        document = comparison_document(comparison)
         emit_document(document, json_path, csv_path)
         if html_path:
             emit_html(html_path, document, {r.variant_name: r.result for r in comparison.ranked})

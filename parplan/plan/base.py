@@ -42,6 +42,12 @@ class PlanContext:
         """Seed for every random choice a plan makes (selection, jitter, PBT)."""
         return self.training.seed
 
+    @property
+    def sequence_length(self) -> int | None:
+        """Tokens per sample: the scenario's ``training.sequence_length``, else the model's (None:
+        the model has no sequence, e.g. an MLP)."""
+        return self.training.sequence_length or self.model.sequence_length
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:

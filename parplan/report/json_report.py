@@ -45,6 +45,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from parplan.api.compare import Comparison
     from parplan.api.knobs import Sweep
     from parplan.api.ranking import Ranked
     from parplan.api.results import PlanResult
@@ -101,6 +102,22 @@ def simulate_document(
         "plans": [plan_entry(r, plan=r.name, overrides=overrides) for r in results],
         "failed": [failed_entry(name, name, overrides, error) for name, error in failed],
     }
+
+
+def comparison_document(comparison: Comparison) -> dict[str, Any]:
+    """:func:`compare_document` of a whole :class:`~parplan.api.compare.Comparison`, as
+    ``compare-strategies --json`` writes it."""
+    spec = comparison.scenario
+    return compare_document(
+        scenario_info(spec.name, spec.description, comparison.scenario_file),
+        comparison.variants,
+        comparison.ranked,
+        comparison.failed,
+        sweeps=comparison.sweeps,
+        baseline=comparison.baseline,
+        duplicates=comparison.duplicates,
+        baseline_rule=comparison.baseline_rule,
+    )
 
 
 def compare_document(

@@ -21,7 +21,7 @@ from parplan.api.parallel import SweepInterrupted, evaluate_variants
 from parplan.api.variants import expand_variants
 from parplan.cli.app import app
 from parplan.config.loader import load_scenario
-from parplan.report.json_report import compare_document, dumps, scenario_info
+from parplan.report.json_report import comparison_document, dumps
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "sample_configs" / "scenarios" / "quickstart.yaml"
 HAVE_RAY = importlib.util.find_spec("ray") is not None
@@ -68,19 +68,7 @@ def test_ray_gives_the_local_results(ray_instance: Any) -> None:
 def test_compare_on_ray_writes_the_same_json(ray_instance: Any) -> None:
     def document(backend: str) -> str:
         c = compare_scenario(QUICKSTART, sweeps=["num_replicas=2,4"], backend=backend)  # type: ignore[arg-type]
-        info = scenario_info(c.scenario.name, c.scenario.description, "quickstart.yaml")
-        return dumps(
-            compare_document(
-                info,
-                c.variants,
-                c.ranked,
-                c.failed,
-                sweeps=c.sweeps,
-                baseline=c.baseline,
-                duplicates=c.duplicates,
-                baseline_rule=c.baseline_rule,
-            )
-        )
+        return dumps(comparison_document(c))
 
     assert document("ray") == document("local")
 

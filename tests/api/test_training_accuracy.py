@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,15 +89,14 @@ def test_a_row_is_predicted_as_simulate_predicts_its_plan(tmp_path: Path) -> Non
 
 def test_a_throughput_becomes_a_step_time() -> None:
     scenario = load_expected(QUICKSTART, "scenario", command="test")
+    ctx = build_context(scenario)
     spec = row(measured="tokens_per_s_per_gpu", value=1000.0)
     with pytest.raises(ConfigError, match="sequence length"):
-        measured_step_s(spec, scenario, 4)
-    with_sequence = scenario.model_copy(
-        update={"training": scenario.training.model_copy(update={"sequence_length": 2048})}
-    )
+        measured_step_s(spec, ctx, 4)
+    with_sequence = replace(ctx, training=scenario.training.model_copy(update={"sequence_length": 2048}))
     # 512 samples x 2048 tokens over 4 GPUs at 1000 tokens/s each
     assert measured_step_s(spec, with_sequence, 4) == pytest.approx(512 * 2048 / 4000)
-    assert measured_step_s(row(value=3.5), scenario, 4) == 3.5
+    assert measured_step_s(row(value=3.5), ctx, 4) == 3.5
 
 
 def test_rows_need_a_scenario_unless_excluded_and_unique_names(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from parplan.api.compare import compare_scenario
 from parplan.api.simulate import simulate_scenario
 from parplan.report.html import html_page
-from parplan.report.json_report import compare_document, scenario_info, simulate_document
+from parplan.report.json_report import comparison_document, scenario_info, simulate_document
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "sample_configs" / "scenarios"
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser") if shutil.which(n)), None)
@@ -50,11 +50,7 @@ def _simulate_page() -> str:
 
 def _compare_page() -> str:
     c = compare_scenario(SCENARIOS / "quickstart.yaml", sweeps=["num_replicas=2,4"])
-    info = scenario_info(c.scenario.name, c.scenario.description, "quickstart.yaml")
-    document = compare_document(
-        info, c.variants, c.ranked, c.failed, sweeps=c.sweeps, baseline=c.baseline, duplicates=c.duplicates
-    )
-    return html_page(document, {r.variant_name: r.result for r in c.ranked})
+    return html_page(comparison_document(c), {r.variant_name: r.result for r in c.ranked})
 
 
 @pytest.mark.parametrize("name", ["simulate", "compare"])
