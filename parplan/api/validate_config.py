@@ -26,7 +26,7 @@ from parplan.config.loader import load_file
 from parplan.config.readers import FORMATS
 from parplan.errors import ConfigError, Issue, ParplanError
 from parplan.plan.memory import infeasible_message
-from parplan.plan.strategies import expand
+from parplan.plan.strategies import plan_memory
 
 
 @dataclass(frozen=True)
@@ -112,10 +112,10 @@ def memory_issues(path: str | Path) -> list[Issue]:
     issues: list[Issue] = []
     for i, plan in enumerate(scenario.plans):
         try:
-            work = expand(ctx, plan.strategy)
+            memory = plan_memory(ctx, plan.strategy)
         except ParplanError:
             continue
-        message = infeasible_message(work.memory)
+        message = infeasible_message(memory)
         if message is not None:
             issues.append(
                 make_issue(

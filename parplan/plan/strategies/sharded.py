@@ -10,7 +10,7 @@ the device's peak in the plan's dtype, for MFU).
 from __future__ import annotations
 
 from parplan.config.strategy import ShardedStrategy
-from parplan.plan.base import PlanContext, PlanWork
+from parplan.plan.base import MemoryBreakdown, PlanContext, PlanWork
 from parplan.plan.sharded.costs import ShardedLayout, layout_plan
 from parplan.plan.sharded.memory import plan_memory
 
@@ -63,6 +63,12 @@ def _notes(layout: ShardedLayout) -> tuple[str, ...]:
         f"{sharding}, recompute {s.recompute}" + (", sequence parallel" if s.sequence_parallel else ""),
     ]
     return ("; ".join(parts), *mesh.notes())
+
+
+def memory(ctx: PlanContext, strategy: ShardedStrategy) -> tuple[MemoryBreakdown, ...]:
+    """Every device's peak memory, from the layout alone (what :func:`expand` reports, without
+    building the step's tasks)."""
+    return plan_memory(ctx, layout_plan(ctx, strategy))
 
 
 def expand(ctx: PlanContext, strategy: ShardedStrategy) -> PlanWork:

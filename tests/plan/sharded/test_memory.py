@@ -169,3 +169,16 @@ def test_torchtitan_fsdp_8_against_128_differs_by_the_sharded_model_state() -> N
     assert peaks[8] - peaks[128] == pytest.approx(82.4 - 67.0, rel=0.1)
     # Megatron's selective recomputation keeps more than torchtitan's op-level selective AC
     assert 1.0 < peaks[8] / 82.4 < 1.45
+
+
+def test_memory_alone_is_what_the_expanded_step_reports() -> None:
+    """validate-config asks for memory only (plan_memory): a sharded plan answers from its layout,
+    without building the step's tasks, and the figures are those of the full expansion."""
+    from parplan.plan.strategies import expand
+    from parplan.plan.strategies import plan_memory as memory_of
+
+    small = {"layers": 4, "hidden": 256, "heads": 4, "seq_len": 128, "vocab": 1000}
+    ctx = context(small, nodes=2, batch=32)
+    for kw in ({"tp": 2, "pp": 2, "zero": 1}, {"fsdp": "full_shard"}, {"pp": 2, "recompute": "full"}):
+        strategy = sharded(**kw)
+        assert memory_of(ctx, strategy) == expand(ctx, strategy).memory
