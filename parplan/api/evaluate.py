@@ -19,6 +19,7 @@ from parplan.api.knobs import OptionValueError, apply_overrides
 from parplan.api.results import PlanResult, bottleneck_text
 from parplan.api.timeline import bubble_fraction, summarize_collectives, time_split
 from parplan.config.strategy import ShardedStrategy
+from parplan.errors import PlanError
 from parplan.plan.base import PlanContext, PlanWork
 from parplan.plan.memory import infeasible_message
 
@@ -84,7 +85,12 @@ def evaluate_scenario(scenario: ScenarioSpec, *, overrides: dict[str, Any] | Non
 
 def select_plans(scenario: ScenarioSpec, names: list[str]) -> list[PlanSpec]:
     """The scenario's plans, or those named (in the order named); an unknown name is a usage
-    error (:class:`~parplan.api.knobs.OptionValueError`: the names come from ``--plan``)."""
+    error (:class:`~parplan.api.knobs.OptionValueError`: the names come from ``--plan``); a
+    scenario with only a ``search:`` block has none to give (:class:`~parplan.errors.PlanError`)."""
+    if not scenario.plans:
+        raise PlanError(
+            f"scenario {scenario.name!r} has no plans, only a search: block; run `parplan search` on it"
+        )
     if not names:
         return list(scenario.plans)
     by_name = {p.name: p for p in scenario.plans}

@@ -1,16 +1,21 @@
 """Scenario specs: the unit ``simulate`` and ``compare-strategies`` take.
 
-A scenario names a cluster, a model, the training settings and a list of named plans. Cluster,
-model and each plan's strategy may be inline or a path; the loader resolves paths against the file
-that names them and keeps them in ``*_file`` fields so a saved scenario still points at its files.
+A scenario names a cluster, a model, the training settings and a list of named plans, and may
+have a ``search:`` block (:mod:`parplan.config.search`), with which the plans may be left out.
+Cluster, model and each plan's strategy may be inline or a path; the loader resolves paths against
+the file that names them and keeps them in ``*_file`` fields so a saved scenario still points at
+its files.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, ValidationInfo, field_validator
+from typing import Any
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from parplan.config.cluster import ClusterSpec
 from parplan.config.model import ModelSpec
+from parplan.config.search import SearchSpec
 from parplan.config.strategy import StrategySpec
 from parplan.spec import Spec
 
@@ -55,13 +60,26 @@ class ScenarioSpec(Spec):
     model: ModelSpec
     model_file: str | None = None
     training: TrainingSpec
-    plans: tuple[PlanSpec, ...] = Field(min_length=1)
+    search: SearchSpec | None = Field(
+        default=None, description="the plan space `parplan search` explores (then plans may be left out)"
+    )
+    plans: tuple[PlanSpec, ...]
     sweeps: tuple[SweepSpec, ...] = ()
     baseline: str | None = Field(default=None, description="plan name to compare against (default: local)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _plans_optional_with_search(cls, data: Any) -> Any:
+        """A scenario with a ``search:`` block may leave ``plans`` out: the search finds them."""
+        if isinstance(data, dict) and data.get("search") is not None and "plans" not in data:
+            return {**data, "plans": ()}
+        return data
+
     @field_validator("plans")
     @classmethod
-    def _unique_names(cls, plans: tuple[PlanSpec, ...]) -> tuple[PlanSpec, ...]:
+    def _unique_names(cls, plans: tuple[PlanSpec, ...], info: ValidationInfo) -> tuple[PlanSpec, ...]:
+        if not plans and info.data.get("search") is None:
+            raise ValueError("give at least one plan (or a search: block for `parplan search`)")
         names = [p.name for p in plans]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
