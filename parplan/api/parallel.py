@@ -7,6 +7,11 @@ model once (on Ray: once per chunk of variants); results come back in variant or
 ranking is the same whatever the backend, and those evaluated elsewhere come without their
 timeline (``work``/``sim`` are None) to keep the traffic small.
 
+Two entries: :func:`evaluate_variants` (compare-strategies: one result per variant) and
+:func:`evaluate_chunks` (any module-level ``work(ctx, chunk)`` over chunks of a job, e.g. slices of
+``parplan search``'s candidate table); compare's Ray path is :func:`evaluate_chunks` too, so there is
+one way work reaches Ray.
+
 A Ray cluster that cannot be reached is a :class:`BackendError` before any work; one that is lost
 mid-sweep raises :class:`SweepInterrupted`, which carries the results gathered so far (None for
 variants not evaluated) so the caller can keep them. The evaluation stack (numpy, networkx) is
@@ -22,7 +27,7 @@ import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from parplan.errors import ParplanError
 
@@ -30,6 +35,9 @@ if TYPE_CHECKING:
     from parplan.api.results import PlanResult
     from parplan.api.variants import Variant
     from parplan.config.scenario import ScenarioSpec
+    from parplan.plan.base import PlanContext
+
+R = TypeVar("R")
 
 Backend = Literal["local", "ray"]
 BACKENDS: tuple[Backend, ...] = ("local", "ray")
@@ -51,9 +59,9 @@ class BackendError(ParplanError):
 
 class SweepInterrupted(ParplanError):
     """Raised when the backend is lost mid-sweep; ``results`` holds what was gathered (in variant
-    order, None for variants not evaluated)."""
+    order, None for variants not evaluated; from :func:`evaluate_chunks`: per chunk)."""
 
-    def __init__(self, message: str, results: list[PlanResult | str | None]) -> None:
+    def __init__(self, message: str, results: list[Any]) -> None:
         super().__init__(message)
         self.results = results
 
@@ -138,14 +146,12 @@ def evaluate_variants(
     return cast("list[PlanResult | str]", slots)  # every slot was filled above
 
 
-# -- Ray ------------------------------------------------------------------------------------------
-def _evaluate_chunk(
-    scenario: ScenarioSpec, chunk: Sequence[Variant], analytic: bool = False
-) -> list[PlanResult | str]:
-    """A Ray task: build the scenario's context once and evaluate a chunk of variants (figures only)."""
-    from parplan.api.evaluate import build_context, evaluate_plan
+# -- chunks of any work -----------------------------------------------------------------------
+def _variant_chunk(ctx: PlanContext, payload: tuple[Sequence[Variant], bool]) -> list[PlanResult | str]:
+    """Chunk work of :func:`evaluate_on_ray`: evaluate a chunk of variants (figures only)."""
+    from parplan.api.evaluate import evaluate_plan
 
-    ctx = build_context(scenario)
+    chunk, analytic = payload
     out: list[PlanResult | str] = []
     for variant in chunk:
         try:
@@ -155,6 +161,86 @@ def _evaluate_chunk(
             continue
         out.append(replace(result, work=None, sim=None))
     return out
+
+
+def _chunk_task(scenario: ScenarioSpec, work: Callable[[PlanContext, Any], Any], payload: Any) -> Any:
+    """A Ray task: build the scenario's context and run ``work`` on one chunk."""
+    from parplan.api.evaluate import build_context
+
+    return work(build_context(scenario), payload)
+
+
+def _chunk_in_worker(work: Callable[[PlanContext, Any], Any], payload: Any) -> Any:
+    """A worker process's share: ``work`` on one chunk, with the context the worker built once."""
+    return work(_WORKER_CONTEXT["ctx"], payload)
+
+
+def available_workers(backend: Backend = "local", jobs: int = 1, address: str | None = None) -> int:
+    """How many chunks can run at once: ``jobs`` here (0: one per CPU), or the CPUs of the Ray
+    cluster (connecting to it, so an unreachable ``address`` is a :class:`BackendError` now)."""
+    if backend == "ray":
+        ray = connect_ray(address)
+        try:
+            return max(1, int(ray.cluster_resources().get("CPU", 1)))
+        except Exception as exc:
+            raise BackendError(f"cannot read the Ray cluster's resources: {_first_line(exc)}") from None
+    if backend != "local":
+        raise BackendError(f"unknown backend {backend!r}; choose from: {', '.join(BACKENDS)}")
+    return jobs if jobs > 0 else (os.cpu_count() or 1)
+
+
+def evaluate_chunks(
+    scenario: ScenarioSpec,
+    work: Callable[[PlanContext, Any], R],
+    chunks: Sequence[Any],
+    *,
+    sizes: Sequence[int] | None = None,
+    what: str = "items",
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    backend: Backend = "local",
+    address: str | None = None,
+    context: PlanContext | None = None,
+) -> list[R]:
+    """``work(ctx, chunk)`` for every chunk, results in chunk order, wherever the backend says.
+
+    ``work`` is a module-level function (it travels to worker processes and Ray tasks by name);
+    each worker builds the scenario's context once (a Ray task: once per chunk); in this process
+    (``jobs`` 1) ``context`` is used when given. ``sizes`` (items per chunk, default 1 each)
+    drive ``progress(done, total)`` and the message of :class:`SweepInterrupted`, which carries
+    the chunk results gathered so far (None for chunks not done) when a Ray cluster is lost;
+    ``what`` names the items in it (``variants``, ``candidates``).
+    """
+    counts = list(sizes) if sizes is not None else [1] * len(chunks)
+    if backend == "ray":
+        return _chunks_on_ray(scenario, work, chunks, counts, what, address=address, progress=progress)
+    if backend != "local":
+        raise BackendError(f"unknown backend {backend!r}; choose from: {', '.join(BACKENDS)}")
+    total = sum(counts)
+    workers = max(1, min(jobs, len(chunks), os.cpu_count() or 1))
+    if workers <= 1:
+        from parplan.api.evaluate import build_context
+
+        ctx = context if context is not None else build_context(scenario)
+        out: list[R] = []
+        done = 0
+        for chunk, size in zip(chunks, counts, strict=True):
+            out.append(work(ctx, chunk))
+            done += size
+            if progress:
+                progress(done, total)
+        return out
+    slots: list[R | None] = [None] * len(chunks)
+    done = 0
+    with ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(scenario,)) as pool:
+        futures = {pool.submit(_chunk_in_worker, work, chunk): i for i, chunk in enumerate(chunks)}
+        for future in as_completed(futures):
+            i = futures[future]
+            slots[i] = future.result()
+            done += counts[i]
+            if progress:
+                progress(done, total)
+    return cast("list[R]", slots)  # every slot was filled above
 
 
 def connect_ray(address: str | None = None) -> Any:
@@ -216,36 +302,63 @@ def evaluate_on_ray(
     (:data:`CHUNKS_PER_CPU` chunks per CPU of the cluster); results in variant order.
 
     Raises :class:`BackendError` when Ray cannot be used, and :class:`SweepInterrupted` (with the
-    results gathered so far) when the cluster is lost or a task fails for a reason of Ray's.
+    results gathered so far, per variant) when the cluster is lost or a task fails for a reason
+    of Ray's. The chunks run through :func:`evaluate_chunks`, the one Ray path.
     """
-    ray = connect_ray(address)
+    cpus = available_workers("ray", address=address)
     total = len(variants)
     if total == 0:
         return []
+    size = max(1, math.ceil(total / (cpus * CHUNKS_PER_CPU)))
+    chunks = [(list(variants[start : start + size]), analytic) for start in range(0, total, size)]
+    sizes = [len(c) for c, _ in chunks]
     try:
-        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        size = max(1, math.ceil(total / (cpus * CHUNKS_PER_CPU)))
-        task = ray.remote(max_retries=1)(_evaluate_chunk)
+        done = evaluate_chunks(
+            scenario, _variant_chunk, chunks, sizes=sizes, what="variants", progress=progress,
+            backend="ray", address=address,
+        )
+    except SweepInterrupted as exc:
+        flat: list[PlanResult | str | None] = []
+        for part, n in zip(exc.results, sizes, strict=True):
+            flat.extend(part if part is not None else [None] * n)
+        raise SweepInterrupted(str(exc), flat) from None
+    return [r for part in done for r in part]
+
+
+def _chunks_on_ray(
+    scenario: ScenarioSpec,
+    work: Callable[[PlanContext, Any], R],
+    chunks: Sequence[Any],
+    sizes: Sequence[int],
+    what: str,
+    *,
+    address: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[R]:
+    """One Ray task per chunk (the scenario shipped once); results in chunk order."""
+    ray = connect_ray(address)
+    if not chunks:
+        return []
+    try:
+        task = ray.remote(max_retries=1)(_chunk_task)
         scenario_ref = ray.put(scenario)
-        pending = {
-            task.remote(scenario_ref, list(variants[start : start + size]), analytic): start
-            for start in range(0, total, size)
-        }
+        pending = {task.remote(scenario_ref, work, chunk): i for i, chunk in enumerate(chunks)}
     except Exception as exc:
         raise BackendError(f"cannot submit work to Ray: {_first_line(exc)}") from None
-    slots: list[PlanResult | str | None] = [None] * total
+    total = sum(sizes)
+    slots: list[Any] = [None] * len(chunks)
     done = 0
     while pending:
         try:
             ready, _ = ray.wait(list(pending), num_returns=1)
-            chunk = ray.get(ready[0])
+            result = ray.get(ready[0])
         except Exception as exc:  # the cluster went away, a node died, the task could not run
             raise SweepInterrupted(
-                f"the Ray cluster was lost after {done} of {total} variants: {_first_line(exc)}", slots
+                f"the Ray cluster was lost after {done} of {total} {what}: {_first_line(exc)}", slots
             ) from None
-        start = pending.pop(ready[0])
-        slots[start : start + len(chunk)] = chunk
-        done += len(chunk)
+        i = pending.pop(ready[0])
+        slots[i] = result
+        done += sizes[i]
         if progress:
             progress(done, total)
-    return cast("list[PlanResult | str]", slots)  # every slot was filled above
+    return cast("list[R]", slots)  # every slot was filled above
