@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("validate", "schema"),
     "simulate": ("simulate", "simulate"),
     "compare-strategies": ("compare", "compare_strategies"),
+    "search": ("search", "search"),
     "collective": ("collective", "collective"),
     "validate": ("accuracy", "validate"),
     "calibrate": ("calibrate", "calibrate"),

@@ -1,4 +1,4 @@
-"""One self-contained HTML page of a ``simulate`` or ``compare-strategies`` run (``--html FILE``).
+"""One self-contained HTML page of a ``simulate``, ``compare-strategies`` or ``search`` run (``--html FILE``).
 
 The page is built from the command's ``--json`` document (:mod:`parplan.report.json_report`) and,
 where the run kept them, the simulated timelines of its plans:
@@ -9,6 +9,10 @@ where the run kept them, the simulated timelines of its plans:
 - per plan (the first :data:`MAX_DETAILED_PLANS`): what bounds it, a Gantt of compute,
   communication and idle time per device (:mod:`parplan.report.timeline_bars`), the busiest links,
   and memory per device against its capacity.
+
+``search`` has a page of its own (:func:`search_page`): the counts, the winner and its bound, the
+ranked candidates, the scenario's plans beside them, step time against memory with the front, and
+the re-simulated best plans' sections as above.
 
 Charts are drawn by plotly.js (the ``html`` extra: ``pip install 'parplan[html]'``), chosen because
 its Python package ships the JavaScript bundle, so the page inlines it and opens without a network,
@@ -207,7 +211,13 @@ def _failed(document: Mapping[str, Any]) -> list[str]:
     return [f"<h3>Plans that could not be built</h3><ul class='failed'>{items}</ul>"]
 
 
-def _scatter(figures: _Figures, plans: Sequence[Mapping[str, Any]], front: list[bool]) -> str:
+def _scatter(
+    figures: _Figures,
+    plans: Sequence[Mapping[str, Any]],
+    front: list[bool],
+    x_title: str = "time per sample",
+) -> str:
+    """Each plan that fits at (``x_title`` in ms, peak memory), the front marked."""
     data = []
     groups = (("on the Pareto front", True, "#d62728", 12), ("dominated", False, "#7f7f7f", 9))
     for label, flag, colour, size in groups:
@@ -223,7 +233,9 @@ def _scatter(figures: _Figures, plans: Sequence[Mapping[str, Any]], front: list[
                 "y": [float(p.get("peak_memory_bytes") or 0) / _GIB for p in chosen],
                 "text": [f"{p['name']} ({p['num_devices']} devices)" for p in chosen],
                 "marker": {"color": colour, "size": size},
-                "hovertemplate": "%{text}<br>%{x:.4g} ms per sample<br>%{y:.3g} GiB<extra></extra>",
+                "hovertemplate": "%{text}<br>%{x:.4g} ms "
+                + _hover_unit(x_title)
+                + "<br>%{y:.3g} GiB<extra></extra>",
             }
         )
     fitting = [p for p in plans if p.get("fits")]
@@ -242,10 +254,15 @@ def _scatter(figures: _Figures, plans: Sequence[Mapping[str, Any]], front: list[
             }
         )
     layout = {
-        "xaxis": {"title": {"text": "time per sample (ms)"}, "type": "log"},
+        "xaxis": {"title": {"text": f"{x_title} (ms)"}, "type": "log"},
         "yaxis": {"title": {"text": "peak memory per device (GiB)"}},
     }
     return figures.add(data, layout, 420)
+
+
+def _hover_unit(x_title: str) -> str:
+    """``per sample`` for the time-per-sample axis (the words the comparison page always had)."""
+    return "per sample" if x_title == "time per sample" else x_title.split()[0]
 
 
 def _plan_section(figures: _Figures, number: int, plan: Mapping[str, Any], result: PlanResult | None) -> str:
@@ -382,6 +399,153 @@ def _memory(figures: _Figures, plan: Mapping[str, Any]) -> str:
     if len(memory) > len(shown):
         caption += f"<p class='note'>{len(memory) - len(shown)} more devices are not drawn.</p>"
     return figures.add(data, layout, 360) + caption
+
+
+# -- parplan search --------------------------------------------------------------------------------
+MAX_SEARCH_ROWS = 200
+"""Candidates in the search page's ranked table (the JSON and CSV hold every one)."""
+
+MAX_SEARCH_POINTS = 2000
+"""Candidates in the search page's scatter besides the front (the fastest that fit)."""
+
+_SEARCH_COLUMNS = (
+    ("devices", "devices"), ("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("v", "virtual_stages"),
+    ("mbs", "microbatch_size"), ("zero", "zero"), ("fsdp", "fsdp"), ("recompute", "recompute"),
+    ("sp", "sequence_parallel"),
+)  # fmt: skip
+
+
+def search_page(document: Mapping[str, Any], results: Mapping[str, PlanResult] | None = None) -> str:
+    """The page of a ``parplan search`` JSON document (:mod:`parplan.report.search`): counts, the
+    winner and its bound, the ranked candidates, the scenario's own plans, step time against memory
+    with the Pareto front, and per re-simulated plan its event timeline, busiest links and memory
+    (``results``: the event results by plan name, whose timelines give the Gantt charts)."""
+    require_plotly()
+    import plotly.offline
+
+    results = results or {}
+    figures = _Figures()
+    scenario = document.get("scenario") or {}
+    title = f"parplan search: {scenario.get('name', '')}"
+    body = [f"<h1>{_e(title)}</h1>"]
+    if scenario.get("description"):
+        body.append(f"<p class='lead'>{_e(scenario['description'])}</p>")
+    body.append(_search_summary(document))
+    plans: list[Mapping[str, Any]] = list(document.get("plans") or [])
+    body.append("<h2>Ranked candidates (closed form)</h2>")
+    body.append(_search_table(plans[:MAX_SEARCH_ROWS]))
+    if len(plans) > MAX_SEARCH_ROWS:
+        body.append(
+            f"<p class='note'>{len(plans) - MAX_SEARCH_ROWS:,} more candidates are in the JSON and CSV.</p>"
+        )
+    checked = [("The scenario's plans", document.get("hand_written") or [], True)]
+    checked.append(("Event engine against closed form, best plans", document.get("top") or [], False))
+    for heading, entries, rank in checked:
+        if entries:
+            body.append(f"<h2>{_e(heading)}</h2>")
+            body.append(_checked_table(entries, rank))
+    points = _search_points(plans)
+    if sum(1 for p in points if p.get("fits")) >= 2:
+        body.append("<h2>Step time against memory</h2>")
+        body.append(
+            "<p>The fastest candidates that fit and the Pareto front over step time, peak memory and "
+            "devices (no other candidate is at least as good in all three and better in one).</p>"
+        )
+        body.append(_scatter(figures, points, [bool(p.get("pareto")) for p in points], "step time"))
+    for i, entry in enumerate(document.get("top") or []):
+        event = entry.get("event")
+        if event:
+            body.append(_plan_section(figures, i + 1, event, results.get(str(entry.get("name")))))
+    return _PAGE.format(
+        title=_e(title),
+        style=_STYLE,
+        plotly_js=plotly.offline.get_plotlyjs(),
+        body="\n".join(body),
+        scripts="\n".join(figures.scripts),
+        tool=_e(document.get("tool", "parplan")),
+    )
+
+
+def _search_summary(document: Mapping[str, Any]) -> str:
+    counts = document.get("counts") or {}
+    pruned = sum((counts.get("pruned") or {}).values())
+    parts = [
+        f"scenario file {_e((document.get('scenario') or {}).get('file'))}",
+        f"{counts.get('enumerated', 0):,} candidates enumerated, {pruned:,} pruned, "
+        f"{counts.get('evaluated', 0):,} evaluated, {counts.get('over_memory', 0):,} over memory",
+        f"seed {_e(document.get('seed'))}",
+    ]
+    lines = [f"<p class='meta'>{'; '.join(parts)}</p>"]
+    if document.get("interrupted"):
+        lines.append(f"<p class='bad'>{_e(document['interrupted'])}</p>")
+    winner = document.get("winner")
+    if winner:
+        lines.append(
+            f"<p><b>Winner: {_e(winner['label'])}</b>, {_seconds(winner.get('step_time_s'))} per step; "
+            f"{_e(winner.get('bound') or '')}.</p>"
+        )
+    else:
+        lines.append("<p class='bad'>No candidate fits in memory.</p>")
+    return "\n".join(lines)
+
+
+def _search_table(plans: Sequence[Mapping[str, Any]]) -> str:
+    head = ["#", "plan", *(h for h, _ in _SEARCH_COLUMNS), "step", "memory", "MFU", "front", "bound by"]
+    rows = ["<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for p in plans:
+        cells = [str(p.get("rank", "")), _e(p.get("label", ""))]
+        cells += [_e(p.get(key, "")) for _, key in _SEARCH_COLUMNS]
+        memory = humanize.size(float(p.get("peak_memory_bytes") or 0))
+        cells += [
+            _seconds(p.get("step_time_s")),
+            memory if p.get("fits") else f"<span class='bad'>{memory} (does not fit)</span>",
+            humanize.percent(float(p.get("mfu") or 0)),
+            "★" if p.get("pareto") else "",
+            _e(p.get("bound", "")),
+        ]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return "<table class='plans'>" + "\n".join(rows) + "</table>"
+
+
+def _checked_table(entries: Sequence[Mapping[str, Any]], rank: bool) -> str:
+    head = ["plan", "closed form", "event", "differ", "memory", *(["would rank"] if rank else []), "bound by"]
+    rows = ["<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
+    for c in entries:
+        differ = c.get("disagreement")
+        memory = (
+            humanize.size(float(c["peak_memory_bytes"])) if c.get("peak_memory_bytes") is not None else "—"
+        )
+        cells = [
+            _e(c.get("name", "")),
+            _seconds(c.get("closed_form_step_time_s")),
+            _seconds(c.get("event_step_time_s")),
+            f"{float(differ) * 100:+.1f}%" if differ is not None else "—",
+            memory if c.get("fits") is not False else f"<span class='bad'>{memory} (does not fit)</span>",
+        ]
+        if rank:
+            cells.append(f"#{c['would_rank']}" if c.get("would_rank") and c.get("fits") else "—")
+        cells.append(_e(c.get("error") or c.get("bound") or ""))
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return "<table>" + "\n".join(rows) + "</table>"
+
+
+def _search_points(plans: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The candidates the scatter draws (the fastest that fit, and the front), as the scatter wants
+    them: step time in the time-per-sample slot (every candidate runs the same batch)."""
+    chosen = [p for p in plans if p.get("fits")][:MAX_SEARCH_POINTS]
+    labels = {p.get("label") for p in chosen}
+    chosen += [p for p in plans if p.get("pareto") and p.get("label") not in labels]
+    return [
+        {
+            "name": p.get("label"),
+            "num_devices": p.get("devices"),
+            "fits": True,
+            "pareto": bool(p.get("pareto")),
+            "peak_memory_bytes": p.get("peak_memory_bytes"),
+            "time_per_sample_s": p.get("step_time_s"),
+        }
+        for p in chosen
+    ]
 
 
 _STYLE = """
