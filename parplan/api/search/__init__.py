@@ -1,0 +1,1 @@
+"""``parplan search``: the candidate space (:mod:`.space`) and its vectorized evaluation (:mod:`.vector`)."""
