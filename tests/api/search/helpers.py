@@ -1,0 +1,27 @@
+"""Contexts of the bundled LLM samples (and the MT-NLG one) for the search tests, built once."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from parplan.api.evaluate import build_context
+from parplan.config.loader import load_scenario
+from parplan.config.scenario import ScenarioSpec
+from parplan.plan.base import PlanContext
+
+ROOT = Path(__file__).resolve().parents[3]
+LLM_SAMPLES = (
+    "gpt3-175b-1024xa100",
+    "llama3-70b-64xh100",
+    "mixtral-8x7b-64xh100",
+    "mt-nlg-530b-5128xa100",
+)
+"""Scenarios with sharded plans of a transformer: what a search runs on."""
+
+
+@cache
+def sample(name: str) -> tuple[ScenarioSpec, PlanContext]:
+    """The scenario ``name`` under sample_configs/scenarios and its context."""
+    scenario = load_scenario(ROOT / "sample_configs" / "scenarios" / f"{name}.yaml")
+    return scenario, build_context(scenario)
