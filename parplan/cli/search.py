@@ -163,6 +163,11 @@ def search(
             warn=warn,
             seed=seed,
         )
+    if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
+        from parplan.report.search import search_view
+
+        show(search_view(result))
+    write_outputs(result, outputs)
     if not STATE.quiet:
         rate = result.counts.evaluated / result.elapsed_s if result.elapsed_s > 0 else 0.0
         console(stderr=True).print(
@@ -170,11 +175,6 @@ def search(
             f" ({rate:,.0f} plans/s, event simulations included)",
             style="dim",
         )
-    if not stdout_taken(outputs) and not (STATE.quiet and any(outputs.values())):
-        from parplan.report.search import search_view
-
-        show(search_view(result))
-    write_outputs(result, outputs)
     if result.interrupted is not None:
         raise ParplanError(f"{result.interrupted}; the results above cover the candidates evaluated")
     if result.winner is None:

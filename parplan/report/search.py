@@ -258,7 +258,7 @@ def checked_table(checked: Sequence[Checked], log: FitLog, rank: bool) -> Fitted
     for c in checked:
         a, e = c.analytic, c.event
         memory = "-" if a is None else hz.size(a.peak_memory_bytes) + ("" if a.fits else " ✗")
-        cells = [
+        cells: list[str | Text] = [
             c.name,
             hz.seconds(a.step_time_s) if a else "-",
             hz.seconds(e.step_time_s) if e else "-",

@@ -38,8 +38,6 @@ import numpy as np
 from parplan.api.parallel import Backend, SweepInterrupted, available_workers, evaluate_chunks
 from parplan.api.pareto import non_dominated
 from parplan.api.search.space import (
-    FSDP_MODES,
-    RECOMPUTE_MODES,
     CandidateTable,
     SearchError,
     SpaceSize,
@@ -148,7 +146,7 @@ class SearchResult:
             rank=rank_index + 1,
             row=r,
             label=self.table.label(r),
-            fields=plan_fields(self.table, r, self.search),
+            fields=plan_fields(self.table, r),
             step_time_s=float(ev.step_time_s[r]),
             peak_memory_bytes=float(ev.peak_memory_bytes[r]),
             fits=bool(ev.fits[r]),
@@ -165,31 +163,16 @@ class SearchResult:
 
     def front(self) -> list[CandidateRow]:
         """The Pareto front, in rank order."""
-        return [self.row(i) for i in np.flatnonzero(self.pareto[self.order])]
+        return [self.row(int(i)) for i in np.flatnonzero(self.pareto[self.order])]
 
 
-def plan_fields(table: CandidateTable, row: int, search: SearchSpec) -> dict[str, Any]:
-    """The settings of candidate ``row`` as plain values (what a user would write in a plan)."""
-    from parplan.collectives.specs import algorithm_label
-
-    algorithms = search.algorithms
-    algorithm = algorithm_label(algorithms[int(table.algorithm[row])]) if algorithms else "auto"
-    return {
-        "devices": int(table.devices[row]),
-        "dp": int(table.dp[row]),
-        "tp": int(table.tp[row]),
-        "pp": int(table.pp[row]),
-        "cp": int(table.cp[row]),
-        "ep": int(table.ep[row]),
-        "virtual_stages": int(table.virtual_stages[row]),
-        "microbatch_size": int(table.microbatch_size[row]),
-        "zero": int(table.zero[row]),
-        "fsdp": FSDP_MODES[int(table.fsdp[row])],
-        "recompute": RECOMPUTE_MODES[int(table.recompute[row])],
-        "sequence_parallel": bool(table.sequence_parallel[row]),
-        "algorithm": algorithm,
-        "bucket_bytes": int(search.bucket_sizes_bytes[int(table.bucket[row])]),
-    }
+def plan_fields(table: CandidateTable, row: int) -> dict[str, Any]:
+    """The settings of candidate ``row`` as plain values (what a user would write in a plan):
+    modes and the algorithm by name, the bucket size in bytes."""
+    fields_ = table.row(row)
+    fields_["algorithm"] = table.algorithm_labels[fields_["algorithm"]]
+    fields_["bucket_bytes"] = int(table.bucket_sizes_bytes[fields_.pop("bucket")])
+    return fields_
 
 
 def search_spec(
@@ -242,11 +225,46 @@ def search_scenario(
     that cannot be used. The search is exhaustive and deterministic: ``seed`` is recorded in the
     result (and reports) and changes nothing today; identical inputs give identical results.
     """
-    from parplan.api.evaluate import build_context
     from parplan.api.kinds import load_expected
 
     started = time.monotonic()
     scenario: ScenarioSpec = load_expected(scenario_file, "scenario", command="parplan search")
+    return run_search(
+        scenario,
+        scenario_file=str(scenario_file),
+        limit=limit,
+        top_k=top_k,
+        devices=devices,
+        backend=backend,
+        address=address,
+        jobs=jobs,
+        progress=progress,
+        warn=warn,
+        seed=seed,
+        started=started,
+    )
+
+
+def run_search(
+    scenario: ScenarioSpec,
+    *,
+    scenario_file: str = "",
+    limit: int | None = None,
+    top_k: int | None = None,
+    devices: Sequence[int] | None = None,
+    backend: Backend = "local",
+    address: str | None = None,
+    jobs: int = 1,
+    progress: Callable[[int, int], None] | None = None,
+    warn: Callable[[str], None] | None = None,
+    seed: int = 0,
+    started: float | None = None,
+) -> SearchResult:
+    """:func:`search_scenario` of a scenario already loaded (``scenario_file`` names it in reports;
+    ``started``: the clock reading the elapsed time counts from, default now)."""
+    from parplan.api.evaluate import build_context
+
+    started = time.monotonic() if started is None else started
     search = search_spec(scenario, limit=limit, top_k=top_k, devices=devices)
     ctx = build_context(scenario)
     check_size(ctx, search)
@@ -275,7 +293,7 @@ def search_scenario(
     winner_bound = top[0].bound if top and evaluation.fits[order[0]] else None
     return SearchResult(
         scenario=scenario,
-        scenario_file=str(scenario_file),
+        scenario_file=scenario_file,
         search=search,
         size=size,
         counts=counts,
@@ -415,7 +433,7 @@ def front_rows(table: CandidateTable, evaluation: Evaluation) -> np.ndarray:
 
 def _best_fitting(order: np.ndarray, evaluation: Evaluation, k: int) -> np.ndarray:
     """The first ``k`` rows of the ranking that fit."""
-    fitting = order[evaluation.fits[order]]
+    fitting: np.ndarray = order[evaluation.fits[order]]
     return fitting[:k]
 
 
