@@ -32,11 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from parplan.plan.base import MemoryBreakdown
 from parplan.plan.sharded.clock import CollectiveClock
-from parplan.plan.sharded.costs import ChunkWork, CommCall, ShardedLayout, layout_plan
+from parplan.plan.sharded.costs import CommCall, ShardedLayout, layout_plan
 from parplan.plan.sharded.memory import stage_memory
 from parplan.plan.strategies.sharded import peak_flop_per_s
 
@@ -90,84 +92,233 @@ class ShardedEstimate:
         return self.layout.mesh.size
 
 
-def _chunk_comm(
-    clock: CollectiveClock, chunk: ChunkWork, stage: int, tp_overlap: bool
-) -> tuple[float, float, float, float]:
-    """(blocking, exposed overlappable, overlappable forward, overlappable backward) seconds of one
-    chunk's TP/CP/EP calls, one micro-batch (the last two: what the communication stream carries)."""
-    blocking = sum(clock.seconds(c, stage) for c in (*chunk.forward_comm, *chunk.backward_comm) if c.blocking)
-    busy_fwd = sum(clock.seconds(c, stage) for c in chunk.forward_comm if not c.blocking)
-    busy_bwd = sum(clock.seconds(c, stage) for c in chunk.backward_comm if not c.blocking)
-
-    def hidden(calls: Sequence[CommCall], axis: str, behind_s: float) -> float:
-        busy = sum(clock.seconds(c, stage) for c in calls if not c.blocking and c.axis == axis)
-        return max(0.0, busy - behind_s)
-
-    fwd_gemm = chunk.forward_s - chunk.attention_forward_s
-    bwd_hide = (
-        chunk.backward_s * WGRAD_SHARE if not tp_overlap else chunk.backward_s - chunk.attention_backward_s
-    )
-    exposed = hidden(chunk.forward_comm, "tp", fwd_gemm) + hidden(chunk.backward_comm, "tp", bwd_hide)
-    exposed += hidden(chunk.forward_comm, "cp", chunk.attention_forward_s)
-    exposed += hidden(chunk.backward_comm, "cp", chunk.attention_backward_s + chunk.recompute_s)
-    return blocking, exposed, busy_fwd, busy_bwd
+Array = Any
+"""A float64 numpy array, or a float: the shared arithmetic below runs on either."""
 
 
-def _sharding_per_microbatch(clock: CollectiveClock, stage: int, fwd_s: float, bwd_s: float) -> float:
-    """Exposed seconds of one micro-batch's ZeRO-3/FSDP gathers and reduce-scatters, hidden behind
-    ``fwd_s`` / ``bwd_s`` (the compute the communication stream has left after the other calls)."""
-    layout = clock.layout
-    if not layout.per_microbatch_sync:
-        return 0.0
-    gathers = [clock.seconds(c, stage) for c in layout.param_gather[stage]]
-    scatters = [clock.seconds(c, stage) for c in layout.grad_sync[stage]]
-    first = gathers[0] if gathers else 0.0
-    last = scatters[-1] if scatters else 0.0
-    fwd = first + max(0.0, sum(gathers) - first - fwd_s)
-    back = sum(gathers) if layout.param_gather_backward else 0.0
-    bwd = last + max(0.0, back + sum(scatters) - last - bwd_s)
-    return fwd + bwd
+@dataclass(frozen=True)
+class ChunkSums:
+    """Per model chunk (trailing axes ``[..., pp, v]``), one micro-batch: compute seconds and the
+    seconds of its TP/CP/EP calls summed the ways the exposure rules need them. The scalar path
+    (:func:`evaluate_layout`) and the search's vectorized one both reduce chunks to these."""
+
+    forward_s: Array
+    backward_s: Array
+    recompute_s: Array
+    attention_forward_s: Array
+    attention_backward_s: Array
+    blocking_s: Array  # every blocking call, forward and backward
+    blocking_forward_s: Array
+    busy_forward_s: Array  # overlappable forward calls (what the communication stream carries)
+    busy_backward_s: Array
+    tp_forward_s: Array  # overlappable calls by axis and direction
+    tp_backward_s: Array
+    cp_forward_s: Array
+    cp_backward_s: Array
 
 
-def _stage_micro(clock: CollectiveClock, stage: int) -> tuple[float, float, float, float, float, float]:
-    """(F, B, compute, recompute, blocking, exposed) of one micro-batch on ``stage``."""
-    layout = clock.layout
-    overlap = layout.strategy.tp_comm_overlap
-    fwd = bwd = compute = recompute = blocking = exposed = busy_fwd = busy_bwd = 0.0
-    for chunk in layout.chunks[stage]:
-        b, e, bf, bb = _chunk_comm(clock, chunk, stage, overlap)
-        busy_fwd, busy_bwd = busy_fwd + bf, busy_bwd + bb
-        fwd_block = sum(clock.seconds(c, stage) for c in chunk.forward_comm if c.blocking)
-        fwd += chunk.forward_s + fwd_block
-        bwd += chunk.backward_s + chunk.recompute_s + (b - fwd_block)
-        compute += chunk.forward_s + chunk.backward_s + chunk.recompute_s
-        recompute += chunk.recompute_s
-        blocking += b
-        exposed += e
-    fwd_compute = sum(c.forward_s for c in layout.chunks[stage])
-    bwd_compute = sum(c.backward_s + c.recompute_s for c in layout.chunks[stage])
+@dataclass(frozen=True)
+class StageMicro:
+    """Per stage (trailing axis ``[..., pp]``), one micro-batch, before the ZeRO-3/FSDP calls:
+    the loop over the stage's chunks (:func:`stage_micro`)."""
+
+    forward_s: Array
+    backward_s: Array
+    compute_s: Array
+    recompute_s: Array
+    blocking_s: Array
+    exposed_s: Array
+    window_forward_s: Array  # compute the communication stream has left for FSDP's calls
+    window_backward_s: Array
+
+
+@dataclass(frozen=True)
+class StageSync:
+    """Per stage (trailing axis ``[..., pp]``): the data-parallel calls' seconds as the exposure
+    rules read them. Flags broadcast against the stage axis."""
+
+    per_microbatch: Array  # bool: ZeRO-3/FSDP calls every micro-batch
+    gather_backward: Array  # bool: gathered again before backward
+    gather_first_s: Array
+    gather_sum_s: Array
+    scatter_last_s: Array
+    scatter_sum_s: Array
+    has_grad_sync: Array  # bool: once-per-step gradient calls exist (and not per micro-batch)
+    grad_last_s: Array
+    grad_sum_s: Array
+    overlap: Array  # bool: aggregation.overlap
+    extra_s: Array  # tied-embedding all-reduce + parameter all-gather after the optimizer
+    optimizer_s: Array
+
+
+def chunk_exposed(c: ChunkSums, tp_overlap: bool) -> Array:
+    """Seconds of a chunk's overlappable TP/CP calls beyond the compute they hide behind (module
+    docstring), per chunk."""
+    fwd_gemm = c.forward_s - c.attention_forward_s
+    bwd_hide = c.backward_s * WGRAD_SHARE if not tp_overlap else c.backward_s - c.attention_backward_s
+    exposed = np.maximum(0.0, c.tp_forward_s - fwd_gemm) + np.maximum(0.0, c.tp_backward_s - bwd_hide)
+    exposed = exposed + np.maximum(0.0, c.cp_forward_s - c.attention_forward_s)
+    return exposed + np.maximum(0.0, c.cp_backward_s - (c.attention_backward_s + c.recompute_s))
+
+
+def stage_micro(c: ChunkSums, tp_overlap: bool) -> StageMicro:
+    """Sum a stage's chunks (the last axis) into its per-micro-batch figures, in chunk order."""
+    exposed_chunks = chunk_exposed(c, tp_overlap)
+    zero = np.zeros(np.shape(c.forward_s)[:-1])
+    fwd = bwd = compute = recompute = blocking = exposed = busy_fwd = busy_bwd = zero
+    fwd_compute = bwd_compute = zero
+    for k in range(np.shape(c.forward_s)[-1]):
+        f, b, r, fb = (
+            c.forward_s[..., k],
+            c.backward_s[..., k],
+            c.recompute_s[..., k],
+            c.blocking_forward_s[..., k],
+        )
+        busy_fwd, busy_bwd = busy_fwd + c.busy_forward_s[..., k], busy_bwd + c.busy_backward_s[..., k]
+        fwd = fwd + (f + fb)
+        bwd = bwd + (b + r + (c.blocking_s[..., k] - fb))
+        compute = compute + (f + b + r)
+        recompute = recompute + r
+        blocking = blocking + c.blocking_s[..., k]
+        exposed = exposed + exposed_chunks[..., k]
+        fwd_compute = fwd_compute + f
+        bwd_compute = bwd_compute + (b + r)
     # one communication stream: FSDP's calls hide behind what the TP/CP calls leave of the compute
-    window_fwd = max(0.0, fwd_compute - busy_fwd)
-    window_bwd = max(0.0, bwd_compute - busy_bwd)
-    exposed += _sharding_per_microbatch(clock, stage, window_fwd, window_bwd)
-    bwd += exposed
-    return fwd, bwd, compute, recompute, blocking, exposed
+    window_fwd = np.maximum(0.0, fwd_compute - busy_fwd)
+    window_bwd = np.maximum(0.0, bwd_compute - busy_bwd)
+    return StageMicro(fwd, bwd, compute, recompute, blocking, exposed, window_fwd, window_bwd)
 
 
-def _step_sync(clock: CollectiveClock, stage: int, hide_s: float) -> tuple[float, float]:
-    """(exposed gradient sync, embedding + parameter all-gather) seconds of one step on ``stage``."""
+def sharding_exposed(sync: StageSync, window_fwd: Array, window_bwd: Array) -> Array:
+    """Exposed seconds of one micro-batch's ZeRO-3/FSDP gathers and reduce-scatters, hidden behind
+    the windows (the first gather and the last reduce-scatter always exposed)."""
+    first, last = sync.gather_first_s, sync.scatter_last_s
+    fwd = first + np.maximum(0.0, sync.gather_sum_s - first - window_fwd)
+    back = np.where(sync.gather_backward, sync.gather_sum_s, 0.0)
+    bwd = last + np.maximum(0.0, back + sync.scatter_sum_s - last - window_bwd)
+    return np.where(sync.per_microbatch, fwd + bwd, 0.0)
+
+
+@dataclass(frozen=True)
+class StepFigures:
+    """The assembled step (trailing axis ``[..., pp]`` per stage; the rest per plan)."""
+
+    forward_s: Array
+    backward_s: Array
+    exposed_s: Array
+    dp_exposed_s: Array
+    end_s: Array
+    pipeline_s: Array
+    bubble_s: Array
+    p2p_s: Array
+    critical: Array  # int: the stage that ends last (the first of equals)
+    step_s: Array
+
+
+def assemble_step(
+    micro: StageMicro,
+    sync: StageSync,
+    first_backward_s: Array,
+    hop_s: Array,
+    shape: tuple[Array, Array, Array],
+) -> StepFigures:
+    """The pipeline and the per-step sync over stages (module docstring). ``shape`` is (pp,
+    virtual stages, micro-batches), each a number or an array shaped ``[..., 1]``; ``hop_s`` the
+    slowest activation transfer between neighbouring stages, shaped like them."""
+    pp, v, m = shape
+    exposed = micro.exposed_s + sharding_exposed(sync, micro.window_forward_s, micro.window_backward_s)
+    fwd, bwd = micro.forward_s, micro.backward_s + exposed
+    t_mb = np.max(fwd + bwd, axis=-1, keepdims=True)
+    p2p = np.where(pp > 1, 2.0 * (pp - 1) * hop_s + np.where(v == 1, 2.0 * m * hop_s, 0.0), 0.0)
+    bubble = (pp - 1) / v * t_mb
+    pipeline = m * t_mb + bubble + p2p
+    stages = np.arange(np.shape(fwd)[-1])
+    finish = pipeline - stages * bwd
+    window = np.where(sync.overlap, first_backward_s + stages * bwd, 0.0)
+    last = sync.grad_last_s
+    dp = np.where(sync.has_grad_sync, last + np.maximum(0.0, sync.grad_sum_s - last - window), 0.0)
+    end = finish + dp + sync.extra_s + sync.optimizer_s
+    critical = np.argmax(end, axis=-1)[..., None]
+    step = np.take_along_axis(end, critical, axis=-1)
+    return StepFigures(fwd, bwd, exposed, dp, end, pipeline, bubble, p2p, critical, step)
+
+
+def _chunk_sums(clock: CollectiveClock) -> ChunkSums:
+    """The layout's chunks as :class:`ChunkSums` (shape ``[pp, v]``), each sum in call order."""
     layout = clock.layout
-    dp = 0.0
-    if not layout.per_microbatch_sync and layout.grad_sync[stage]:
-        times = [clock.seconds(c, stage) for c in layout.grad_sync[stage]]
-        window = hide_s if layout.strategy.aggregation.overlap else 0.0
-        dp = times[-1] + max(0.0, sum(times) - times[-1] - window)
-    extra = 0.0
-    if layout.embedding_sync is not None and stage in (0, layout.strategy.pp - 1):
-        extra += clock.seconds(layout.embedding_sync, stage)
-    if layout.param_sync:
-        extra += clock.total(layout.param_sync[stage], stage)
-    return dp, extra
+    rows: list[list[tuple[float, ...]]] = []
+    for stage, chunks in enumerate(layout.chunks):
+        row: list[tuple[float, ...]] = []
+        for chunk in chunks:
+
+            def total(calls: Sequence[CommCall], blocking: bool, axis: str | None = None) -> float:
+                return sum(
+                    clock.seconds(c, stage)  # noqa: B023
+                    for c in calls
+                    if c.blocking == blocking and (axis is None or c.axis == axis)
+                )
+
+            both = (*chunk.forward_comm, *chunk.backward_comm)
+            row.append(
+                (
+                    chunk.forward_s,
+                    chunk.backward_s,
+                    chunk.recompute_s,
+                    chunk.attention_forward_s,
+                    chunk.attention_backward_s,
+                    total(both, True),
+                    total(chunk.forward_comm, True),
+                    total(chunk.forward_comm, False),
+                    total(chunk.backward_comm, False),
+                    total(chunk.forward_comm, False, "tp"),
+                    total(chunk.backward_comm, False, "tp"),
+                    total(chunk.forward_comm, False, "cp"),
+                    total(chunk.backward_comm, False, "cp"),
+                )
+            )
+        rows.append(row)
+    table = np.asarray(rows, dtype=np.float64)
+    return ChunkSums(*(table[..., k] for k in range(table.shape[-1])))
+
+
+def _stage_sync(clock: CollectiveClock) -> StageSync:
+    """The layout's data-parallel calls as :class:`StageSync` (shape ``[pp]``), sums in call order."""
+    layout, pp = clock.layout, clock.layout.strategy.pp
+    rows = []
+    for s in range(pp):
+        gathers = [clock.seconds(c, s) for c in layout.param_gather[s]]
+        scatters = [clock.seconds(c, s) for c in layout.grad_sync[s]]
+        extra = 0.0
+        if layout.embedding_sync is not None and s in (0, pp - 1):
+            extra += clock.seconds(layout.embedding_sync, s)
+        if layout.param_sync:
+            extra += clock.total(layout.param_sync[s], s)
+        rows.append(
+            (
+                gathers[0] if gathers else 0.0,
+                sum(gathers),
+                scatters[-1] if scatters else 0.0,
+                sum(scatters),
+                extra,
+                layout.optimizer_s[s],
+            )
+        )
+    t = np.asarray(rows, dtype=np.float64)
+    per_micro = layout.per_microbatch_sync
+    return StageSync(
+        per_microbatch=np.bool_(per_micro),
+        gather_backward=np.bool_(layout.param_gather_backward),
+        gather_first_s=t[:, 0],
+        gather_sum_s=t[:, 1],
+        scatter_last_s=t[:, 2],
+        scatter_sum_s=t[:, 3],
+        has_grad_sync=np.asarray([not per_micro and bool(layout.grad_sync[s]) for s in range(pp)]),
+        grad_last_s=t[:, 2],
+        grad_sum_s=t[:, 3],
+        overlap=np.bool_(layout.strategy.aggregation.overlap),
+        extra_s=t[:, 4],
+        optimizer_s=t[:, 5],
+    )
 
 
 def evaluate_layout(ctx: PlanContext, layout: ShardedLayout) -> ShardedEstimate:
@@ -175,28 +326,35 @@ def evaluate_layout(ctx: PlanContext, layout: ShardedLayout) -> ShardedEstimate:
     clock = CollectiveClock(ctx, layout)
     strategy = layout.strategy
     pp, v, m = strategy.pp, strategy.virtual_stages, layout.microbatches
-    micro = [_stage_micro(clock, s) for s in range(pp)]
-    t_mb = max(f + b for f, b, *_ in micro)
-    p2p = 0.0
+    chunks = _chunk_sums(clock)
+    micro = stage_micro(chunks, strategy.tp_comm_overlap)
+    sync = _stage_sync(clock)
+    hop = 0.0
     if pp > 1:
         hop = max(
             clock.seconds(CommCall("send_recv", layout.p2p_bytes, "pp", True, "p2p"), s) for s in range(pp)
         )
-        p2p = 2.0 * (pp - 1) * hop + (2.0 * m * hop if v == 1 else 0.0)
-    bubble = (pp - 1) / v * t_mb
-    pipeline = m * t_mb + bubble + p2p
+    step = assemble_step(micro, sync, chunks.backward_s[:, 0], np.float64(hop), (pp, v, m))
     stages: list[StageTimes] = []
-    for s, (f, b, compute, recompute, blocking, exposed) in enumerate(micro):
-        last_backward = sum(c.backward_s for c in layout.chunks[s][:1])
-        finish = pipeline - s * b
-        dp, extra = _step_sync(clock, s, last_backward + s * b)
-        end = finish + dp + extra + layout.optimizer_s[s]
+    for s in range(pp):
+        dp, extra, opt = float(step.dp_exposed_s[s]), float(sync.extra_s[s]), float(sync.optimizer_s[s])
         stages.append(
-            StageTimes(f, b, compute, recompute, blocking, exposed, dp, extra, layout.optimizer_s[s], end)
+            StageTimes(
+                float(step.forward_s[s]),
+                float(step.backward_s[s]),
+                float(micro.compute_s[s]),
+                float(micro.recompute_s[s]),
+                float(micro.blocking_s[s]),
+                float(step.exposed_s[s]),
+                dp,
+                extra,
+                opt,
+                float(step.end_s[s]),
+            )
         )
-    critical = max(range(pp), key=lambda s: stages[s].end_s)
-    step = stages[critical].end_s
-    return _figures(ctx, layout, stages, critical, step, pipeline, bubble, p2p)
+    critical = int(step.critical[0])
+    pipeline, bubble, p2p = float(step.pipeline_s[0]), float(step.bubble_s[0]), float(step.p2p_s)
+    return _figures(ctx, layout, stages, critical, float(step.step_s[0]), pipeline, bubble, p2p)
 
 
 def _figures(

@@ -102,32 +102,17 @@ def _closed_form(
     return float(algorithm.time_s(run.spec, p, size_bytes, cost, groups)) + run.call_overhead_s
 
 
-class CollectiveClock:
-    """Seconds of a :class:`CommCall` in its group on the network (module docstring), cached."""
+class GroupClock:
+    """Seconds of a :class:`CommCall` on an explicit group of devices of one network (module
+    docstring), with the per-network caches every :class:`CollectiveClock` on it shares. What a
+    search memoises its collective times on: (call, group devices, all-reduce algorithm)."""
 
-    def __init__(self, ctx: PlanContext, layout: ShardedLayout) -> None:
-        self.network: Network = ctx.network
-        self.layout = layout
-        self._groups: dict[tuple[str, int], tuple[str, ...]] = {}
-        cache = _NETWORK_CACHE.setdefault(ctx.network, ({}, {}, {}))
+    def __init__(self, network: Network) -> None:
+        self.network = network
+        cache = _NETWORK_CACHE.setdefault(network, ({}, {}, {}))
         self._params: dict[tuple[str, ...], Params] = cache[0]
         self._systems: dict[tuple[str, ...], Any] = cache[1]
         self._groups_by_node: dict[tuple[str, ...], tuple[tuple[int, ...], ...]] = cache[2]
-        self._times: dict[tuple[str, str, float, int], float] = {}
-
-    def group(self, axis: str, stage: int) -> tuple[str, ...]:
-        """The devices of ``axis``'s group holding stage ``stage``'s first device."""
-        key = (axis, stage)
-        found = self._groups.get(key)
-        if found is None:
-            mesh = self.layout.mesh
-            device = mesh.device({"pp": stage})
-            if axis == "pp":
-                found = (device, mesh.device({"pp": (stage + 1) % mesh.pp}))
-            else:
-                found = mesh.group(axis, device)  # type: ignore[arg-type]
-            self._groups[key] = found
-        return found
 
     def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """The ranks of ``devices`` by node (cached per cluster)."""
@@ -186,15 +171,8 @@ class CollectiveClock:
             self._params[devices] = found
         return found
 
-    def seconds(self, call: CommCall, stage: int) -> float:
-        """Seconds ``call`` takes on stage ``stage``'s group."""
-        key = (call.collective, call.axis, call.size_bytes, stage)
-        found = self._times.get(key)
-        if found is None:
-            found = self._times[key] = self._time(call, self.group(call.axis, stage))
-        return found
-
-    def _time(self, call: CommCall, devices: tuple[str, ...]) -> float:
+    def seconds(self, call: CommCall, devices: tuple[str, ...], algorithm: Any = _AUTO) -> float:
+        """Seconds ``call`` takes on ``devices``; ``algorithm`` runs the data-parallel all-reduces."""
         p = len(devices)
         if p < 2 or call.size_bytes <= 0:
             return 0.0
@@ -209,9 +187,9 @@ class CollectiveClock:
             if intra_beta is None:
                 return (p - 1) * alpha + (p - 1) / p * call.size_bytes * beta
             return (p - 1) * alpha + call.size_bytes * ((p - local) / p * beta + (local - 1) / p * intra_beta)
-        return self._nccl(call, devices, params)
+        return self._nccl(call, devices, params, algorithm)
 
-    def _nccl(self, call: CommCall, devices: tuple[str, ...], params: Params) -> float:
+    def _nccl(self, call: CommCall, devices: tuple[str, ...], params: Params, algorithm: Any) -> float:
         from parplan.topology.nccl_system import nccl_system
 
         system = self._systems.get(devices, _MISSING)
@@ -219,7 +197,7 @@ class CollectiveClock:
             system = self._systems[devices] = nccl_system(self.network, devices)
         spec: Any = _AUTO
         if call.collective == "all_reduce" and call.axis in ("dp", "dp_cp", "edp", "dp_replicate"):
-            spec = self.layout.strategy.aggregation.algorithm
+            spec = algorithm
         groups = self._node_groups(devices) if len(self._node_groups(devices)) > 1 else None
         return _closed_form(
             spec,
@@ -231,6 +209,40 @@ class CollectiveClock:
             params,
             groups,
         )
+
+
+class CollectiveClock:
+    """Seconds of a :class:`CommCall` in its group on the network (module docstring), cached."""
+
+    def __init__(self, ctx: PlanContext, layout: ShardedLayout) -> None:
+        self.network: Network = ctx.network
+        self.layout = layout
+        self.groups = GroupClock(ctx.network)
+        self._groups: dict[tuple[str, int], tuple[str, ...]] = {}
+        self._times: dict[tuple[str, str, float, int], float] = {}
+
+    def group(self, axis: str, stage: int) -> tuple[str, ...]:
+        """The devices of ``axis``'s group holding stage ``stage``'s first device."""
+        key = (axis, stage)
+        found = self._groups.get(key)
+        if found is None:
+            mesh = self.layout.mesh
+            device = mesh.device({"pp": stage})
+            if axis == "pp":
+                found = (device, mesh.device({"pp": (stage + 1) % mesh.pp}))
+            else:
+                found = mesh.group(axis, device)  # type: ignore[arg-type]
+            self._groups[key] = found
+        return found
+
+    def seconds(self, call: CommCall, stage: int) -> float:
+        """Seconds ``call`` takes on stage ``stage``'s group."""
+        key = (call.collective, call.axis, call.size_bytes, stage)
+        found = self._times.get(key)
+        if found is None:
+            algorithm = self.layout.strategy.aggregation.algorithm
+            found = self._times[key] = self.groups.seconds(call, self.group(call.axis, stage), algorithm)
+        return found
 
     def total(self, calls: Sequence[CommCall], stage: int) -> float:
         """Seconds of ``calls`` run one after another."""

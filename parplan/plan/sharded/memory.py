@@ -157,7 +157,13 @@ def _block_indices(layout: ShardedLayout, chunk: int) -> range:
 
 def _buffers(ctx: PlanContext, layout: ShardedLayout, stage: int) -> float:
     """Communication buffers of one device of the stage (module docstring)."""
-    strategy, spec, shape = layout.strategy, ctx.model_spec, layout.shape
+    return microbatch_buffers(layout) + sync_buffers(ctx, layout, stage)
+
+
+def microbatch_buffers(layout: ShardedLayout) -> float:
+    """The buffers a micro-batch's activations need: pipeline sends and receives, SP's gathered
+    activation, MoE's dispatched tokens (the same on every stage)."""
+    strategy, shape = layout.strategy, layout.shape
     out = 0.0
     if strategy.pp > 1:
         out += 4.0 * layout.p2p_bytes
@@ -167,15 +173,21 @@ def _buffers(ctx: PlanContext, layout: ShardedLayout, stage: int) -> float:
         out += activation
     if shape.experts > 1 and layout.mesh.ep > 1:
         out += tokens * shape.top_k * strategy.capacity_factor * shape.hidden * shape.bytes_per_element
+    return out
+
+
+def sync_buffers(ctx: PlanContext, layout: ShardedLayout, stage: int) -> float:
+    """The data-parallel buffers of the stage: two gathered units (ZeRO-3/FSDP) or two gradient
+    buckets."""
+    strategy, spec = layout.strategy, ctx.model_spec
     if fully_sharded(strategy):
         units = [c.size_bytes for c in layout.param_gather[stage]]
         biggest = max(units, default=0.0)
-        out += 2.0 * biggest * (1.0 + spec.bytes_per_grad / spec.bytes_per_param)
-    else:
-        buckets = [c.size_bytes for c in layout.grad_sync[stage]]
-        if buckets:
-            out += 2.0 * min(max(buckets), strategy.aggregation.bucket_size_bytes)
-    return out
+        return 2.0 * biggest * (1.0 + spec.bytes_per_grad / spec.bytes_per_param)
+    buckets = [c.size_bytes for c in layout.grad_sync[stage]]
+    if buckets:
+        return float(2.0 * min(max(buckets), strategy.aggregation.bucket_size_bytes))
+    return 0.0
 
 
 def plan_memory(ctx: PlanContext, layout: ShardedLayout) -> tuple[MemoryBreakdown, ...]:

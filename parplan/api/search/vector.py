@@ -1,0 +1,258 @@
+"""The closed-form step of every candidate of a search at once: step time, peak memory per device,
+MFU and what bounds each plan, as numpy columns aligned with a
+:class:`~parplan.api.search.space.CandidateTable`.
+
+One algorithm in one place: the arithmetic from chunk figures to the step
+(:func:`~parplan.api.sharded_analytic.stage_micro`, :func:`~parplan.api.sharded_analytic.assemble_step`)
+is the one :func:`~parplan.api.sharded_analytic.evaluate_layout` runs, here on arrays shaped
+``[candidates, stages]``. What feeds it is memoised on the keys it depends on: a candidate is a
+*structure* (devices, dp, tp, pp, cp, ep, virtual stages), a *micro-batch* key (micro-batch size,
+SP, recomputation: the per-chunk compute and TP/CP/EP calls, the activations, the pipeline hops)
+and a *sync* key (ZeRO, FSDP, algorithm, bucket: the data-parallel calls, the optimizer, the model
+state). Per structure the micro-batch figures are laid out once per micro-batch key and the sync
+figures once per sync key (by :func:`~parplan.plan.sharded.costs.layout_plan` and the
+:class:`~parplan.plan.sharded.clock.CollectiveClock`, whose per-group collective times are cached
+per cluster), then every candidate of the structure is assembled from them with numpy. Memory
+follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from parplan.api.sharded_analytic import (
+    StageMicro,
+    StageSync,
+    StepFigures,
+    _chunk_sums,
+    _stage_sync,
+    assemble_step,
+    stage_micro,
+)
+from parplan.plan.sharded.clock import CollectiveClock
+from parplan.plan.sharded.costs import CommCall, layout_plan
+from parplan.plan.sharded.memory import (
+    FRAGMENTATION_FRACTION,
+    microbatch_buffers,
+    stage_memory,
+    sync_buffers,
+)
+
+if TYPE_CHECKING:
+    from parplan.api.search.space import CandidateTable
+    from parplan.config.search import SearchSpec
+    from parplan.plan.base import PlanContext
+    from parplan.plan.sharded.costs import ShardedLayout
+
+BOUND_NAMES: tuple[str, ...] = (
+    "compute",
+    "pipeline bubble",
+    "blocking TP/EP communication",
+    "exposed overlappable communication (TP/CP/FSDP)",
+    "data-parallel gradient sync",
+    "optimizer",
+)
+"""What bounds a plan, in :func:`~parplan.api.sharded_analytic.bound_text`'s order and words."""
+
+_STRUCTURE = ("devices", "dp", "tp", "pp", "cp", "ep", "virtual_stages")
+_MICRO = ("microbatch_size", "sequence_parallel", "recompute")
+_SYNC = ("zero", "fsdp", "algorithm", "bucket")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The closed-form figures of every candidate, aligned with the table's rows."""
+
+    step_time_s: np.ndarray
+    peak_memory_bytes: np.ndarray
+    mfu: np.ndarray
+    fits: np.ndarray
+    bound: np.ndarray
+
+    def take(self, rows: np.ndarray) -> Evaluation:
+        """The figures of ``rows``, in that order."""
+        return Evaluation(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class _Micro:
+    """One micro-batch key's figures on one structure: per stage ``[pp]``."""
+
+    micro: StageMicro
+    first_backward_s: np.ndarray
+    hop_s: float
+    microbatches: int
+    activations_bytes: np.ndarray
+    buffers_bytes: float
+
+
+@dataclass(frozen=True)
+class _Sync:
+    """One sync key's figures on one structure: per stage ``[pp]``."""
+
+    sync: StageSync
+    states_bytes: np.ndarray
+    buffers_bytes: np.ndarray
+    capacity_bytes: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """``(pp,)``: what the sync flags broadcast to."""
+        return tuple(np.shape(self.sync.gather_sum_s))
+
+
+def _micro(ctx: PlanContext, layout: ShardedLayout) -> _Micro:
+    clock = CollectiveClock(ctx, layout)
+    strategy, pp = layout.strategy, layout.strategy.pp
+    chunks = _chunk_sums(clock)
+    hop = 0.0
+    if pp > 1:
+        call = CommCall("send_recv", layout.p2p_bytes, "pp", True, "p2p")
+        hop = max(clock.seconds(call, s) for s in range(pp))
+    return _Micro(
+        micro=stage_micro(chunks, strategy.tp_comm_overlap),
+        first_backward_s=chunks.backward_s[:, 0],
+        hop_s=hop,
+        microbatches=layout.microbatches,
+        activations_bytes=np.asarray([stage_memory(ctx, layout, s).activations_bytes for s in range(pp)]),
+        buffers_bytes=microbatch_buffers(layout),
+    )
+
+
+def _sync(ctx: PlanContext, layout: ShardedLayout) -> _Sync:
+    clock = CollectiveClock(ctx, layout)
+    pp = layout.strategy.pp
+    memory = [stage_memory(ctx, layout, s) for s in range(pp)]
+    return _Sync(
+        sync=_stage_sync(clock),
+        states_bytes=np.asarray([m.params_bytes + m.grads_bytes + m.optimizer_bytes for m in memory]),
+        buffers_bytes=np.asarray([sync_buffers(ctx, layout, s) for s in range(pp)]),
+        capacity_bytes=np.asarray([m.capacity_bytes for m in memory]),
+    )
+
+
+def _keys(table: CandidateTable, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each distinct key, each row's key index), keys in order of first appearance."""
+    stacked = np.stack([getattr(table, n).astype(np.int64) for n in names], axis=1)
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
+
+
+class _Evaluator:
+    """Fills the output columns structure by structure (module docstring)."""
+
+    def __init__(self, ctx: PlanContext, search: SearchSpec, table: CandidateTable) -> None:
+        from parplan.model.transformer import model_flops_per_token
+        from parplan.plan.sharded.costs import transformer_shape
+
+        self.ctx, self.search, self.table = ctx, search, table
+        shape = transformer_shape(ctx)
+        tokens = float(ctx.training.global_batch_size * shape.sequence_length)
+        self.flops = float(model_flops_per_token(shape)) * tokens
+        device = ctx.network.device(ctx.network.devices[0])
+        peak = device.peak_for(search.dtype)
+        self.peak = float(peak if peak is not None else device.peak_flop_per_s)
+        n = len(table)
+        self.step = np.empty(n)
+        self.memory = np.empty(n)
+        self.mfu = np.empty(n)
+        self.fits = np.empty(n, dtype=bool)
+        self.bound = np.empty(n, dtype=np.int8)
+
+    def structure(self, rows: np.ndarray) -> None:
+        """Evaluate the candidates ``rows``, which share one structure."""
+        sub = self.table.take(rows)
+        k_first, k_index = _keys(sub, _MICRO)
+        y_first, y_index = _keys(sub, _SYNC)
+        layouts: dict[int, ShardedLayout] = {}
+
+        def layout(row: int) -> ShardedLayout:
+            if row not in layouts:
+                layouts[row] = layout_plan(self.ctx, sub.strategy(row, self.search))
+            return layouts[row]
+
+        micros = [_micro(self.ctx, layout(int(r))) for r in k_first]
+        syncs = [_sync(self.ctx, layout(int(r))) for r in y_first]
+        micro = StageMicro(
+            *(np.stack([getattr(m.micro, f.name) for m in micros])[k_index] for f in fields(StageMicro))
+        )
+        sync = StageSync(
+            *(
+                np.stack(
+                    [np.broadcast_to(getattr(y.sync, f.name), y.sync.gather_sum_s.shape) for y in syncs]
+                )[y_index]
+                for f in fields(StageSync)
+            )
+        )
+        m = np.asarray([k.microbatches for k in micros])[k_index][:, None]
+        hop = np.asarray([k.hop_s for k in micros])[k_index][:, None]
+        first_backward = np.stack([k.first_backward_s for k in micros])[k_index]
+        pp, v = int(sub.pp[0]), int(sub.virtual_stages[0])
+        step = assemble_step(micro, sync, first_backward, hop, (pp, v, m))
+        total = step.step_s[:, 0]
+        self.step[rows] = total
+        achieved = np.where(total > 0, self.flops / np.where(total > 0, total, 1.0) / sub.devices, 0.0)
+        self.mfu[rows] = achieved / self.peak if self.peak > 0 else 0.0
+        self._bound(rows, micro, sync, step, m)
+        self._memory(rows, micros, syncs, k_index, y_index)
+
+    def _bound(
+        self, rows: np.ndarray, micro: StageMicro, sync: StageSync, step: StepFigures, m: np.ndarray
+    ) -> None:
+        """The largest share of each step, at its critical stage (``bound_text``'s parts)."""
+
+        def at(values: np.ndarray) -> np.ndarray:
+            return np.take_along_axis(values, step.critical, axis=-1)[:, 0]
+
+        parts = np.stack(
+            [
+                m[:, 0] * at(micro.compute_s),
+                step.bubble_s[:, 0],
+                m[:, 0] * at(micro.blocking_s),
+                m[:, 0] * at(step.exposed_s),
+                at(step.dp_exposed_s) + at(sync.extra_s),
+                at(sync.optimizer_s),
+            ],
+            axis=1,
+        )
+        self.bound[rows] = np.argmax(parts, axis=1)
+
+    def _memory(
+        self,
+        rows: np.ndarray,
+        micros: list[_Micro],
+        syncs: list[_Sync],
+        k_index: np.ndarray,
+        y_index: np.ndarray,
+    ) -> None:
+        activations = np.stack([k.activations_bytes for k in micros])[k_index]
+        buffers = (
+            np.asarray([k.buffers_bytes for k in micros])[k_index][:, None]
+            + np.stack([y.buffers_bytes for y in syncs])[y_index]
+        )
+        states = np.stack([y.states_bytes for y in syncs])[y_index]
+        capacity = np.stack([y.capacity_bytes for y in syncs])[y_index]
+        total = states + activations + (buffers + FRAGMENTATION_FRACTION * (activations + buffers))
+        self.memory[rows] = total.max(axis=1)
+        self.fits[rows] = np.all(total <= capacity * (1.0 - self.search.memory_headroom), axis=1)
+
+
+def evaluate_candidates(ctx: PlanContext, search: SearchSpec, table: CandidateTable) -> Evaluation:
+    """Step time, peak memory, MFU, fit and bound of every candidate of ``table`` (module docstring)."""
+    evaluator = _Evaluator(ctx, search, table)
+    if len(table):
+        _, inverse = _keys(table, _STRUCTURE)
+        order = np.argsort(inverse, kind="stable")
+        cuts = np.flatnonzero(np.diff(inverse[order])) + 1
+        for rows in np.split(order, cuts):
+            evaluator.structure(rows)
+    return Evaluation(
+        step_time_s=evaluator.step,
+        peak_memory_bytes=evaluator.memory,
+        mfu=evaluator.mfu,
+        fits=evaluator.fits,
+        bound=evaluator.bound,
+    )
