@@ -129,6 +129,7 @@ class SearchResult:
     winner_bound: str | None
     elapsed_s: float
     seed: int = 0
+    closed_form_s: float = 0.0  # enumeration and closed-form evaluation (the rest: event simulations)
     interrupted: str | None = None
 
     @property
@@ -269,6 +270,7 @@ def run_search(
     ctx = build_context(scenario)
     check_size(ctx, search)
     workers = available_workers(backend, jobs, address)  # reaches a Ray cluster now, before any work
+    enumerating = time.monotonic()
     table, size = enumerate_space(ctx, search)
     evaluation, gathered, interrupted = _evaluate(
         scenario, ctx, search, table, workers, backend=backend, address=address, jobs=jobs, progress=progress
@@ -277,6 +279,7 @@ def run_search(
         table = table.take(gathered)
     order = rank_rows(evaluation)
     pareto = front_rows(table, evaluation)
+    closed_form_s = time.monotonic() - enumerating
     counts = SearchCounts(
         enumerated=size.enumerated,
         pruned=dict(size.pruned),
@@ -306,6 +309,7 @@ def run_search(
         winner_bound=winner_bound,
         elapsed_s=time.monotonic() - started,
         seed=seed,
+        closed_form_s=closed_form_s,
         interrupted=interrupted,
     )
 
