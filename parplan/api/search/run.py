@@ -293,7 +293,7 @@ def run_search(
         _check_candidate(ctx, table, search, int(r)) for r in _best_fitting(order, evaluation, search.top_k)
     )
     hand = tuple(_check_hand_written(ctx, scenario, evaluation, order))
-    winner_bound = top[0].bound if top and evaluation.fits[order[0]] else None
+    winner_bound = _winner_bound(ctx, table, search, order, evaluation, top)
     return SearchResult(
         scenario=scenario,
         scenario_file=scenario_file,
@@ -439,6 +439,24 @@ def _best_fitting(order: np.ndarray, evaluation: Evaluation, k: int) -> np.ndarr
     """The first ``k`` rows of the ranking that fit."""
     fitting: np.ndarray = order[evaluation.fits[order]]
     return fitting[:k]
+
+
+def _winner_bound(
+    ctx: PlanContext,
+    table: CandidateTable,
+    search: SearchSpec,
+    order: np.ndarray,
+    evaluation: Evaluation,
+    top: Sequence[Checked],
+) -> str | None:
+    """What bounds the winner (sharded_analytic's bound text), or None when no candidate fits."""
+    from parplan.api.sharded_analytic import evaluate_sharded
+
+    if not len(order) or not bool(evaluation.fits[order[0]]):
+        return None
+    if top and top[0].bound is not None:
+        return top[0].bound
+    return evaluate_sharded(ctx, table.strategy(int(order[0]), search)).bound
 
 
 def _check_candidate(ctx: PlanContext, table: CandidateTable, search: SearchSpec, row: int) -> Checked:
