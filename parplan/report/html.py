@@ -402,7 +402,7 @@ def _memory(figures: _Figures, plan: Mapping[str, Any]) -> str:
 
 
 # -- parplan search --------------------------------------------------------------------------------
-MAX_SEARCH_ROWS = 200
+MAX_SEARCH_ROWS = 100
 """Candidates in the search page's ranked table (the JSON and CSV hold every one)."""
 
 MAX_SEARCH_POINTS = 2000
@@ -427,23 +427,14 @@ def search_page(document: Mapping[str, Any], results: Mapping[str, PlanResult] |
     figures = _Figures()
     scenario = document.get("scenario") or {}
     title = f"parplan search: {scenario.get('name', '')}"
-    body = [f"<h1>{_e(title)}</h1>"]
+    body = ["<style>.search td { white-space: nowrap; }</style>", f"<h1>{_e(title)}</h1>"]
     if scenario.get("description"):
         body.append(f"<p class='lead'>{_e(scenario['description'])}</p>")
     body.append(_search_summary(document))
     plans: list[Mapping[str, Any]] = list(document.get("plans") or [])
-    body.append("<h2>Ranked candidates (closed form)</h2>")
-    body.append(_search_table(plans[:MAX_SEARCH_ROWS]))
-    if len(plans) > MAX_SEARCH_ROWS:
-        body.append(
-            f"<p class='note'>{len(plans) - MAX_SEARCH_ROWS:,} more candidates are in the JSON and CSV.</p>"
-        )
-    checked = [("The scenario's plans", document.get("hand_written") or [], True)]
-    checked.append(("Event engine against closed form, best plans", document.get("top") or [], False))
-    for heading, entries, rank in checked:
-        if entries:
-            body.append(f"<h2>{_e(heading)}</h2>")
-            body.append(_checked_table(entries, rank))
+    if document.get("hand_written"):
+        body.append("<h2>The scenario's plans</h2>")
+        body.append(_checked_table(document["hand_written"], True))
     points = _search_points(plans)
     if sum(1 for p in points if p.get("fits")) >= 2:
         body.append("<h2>Step time against memory</h2>")
@@ -452,6 +443,14 @@ def search_page(document: Mapping[str, Any], results: Mapping[str, PlanResult] |
             "devices (no other candidate is at least as good in all three and better in one).</p>"
         )
         body.append(_scatter(figures, points, [bool(p.get("pareto")) for p in points], "step time"))
+    body.append("<h2>Ranked candidates (closed form)</h2>")
+    body.append(_search_table(plans[:MAX_SEARCH_ROWS]))
+    if len(plans) > MAX_SEARCH_ROWS:
+        more = len(plans) - MAX_SEARCH_ROWS
+        body.append(f"<p class='note'>{more:,} more candidates are in the JSON and CSV.</p>")
+    if document.get("top"):
+        body.append("<h2>Event engine against closed form, best plans</h2>")
+        body.append(_checked_table(document["top"], False))
     for i, entry in enumerate(document.get("top") or []):
         event = entry.get("event")
         if event:
@@ -494,7 +493,7 @@ def _search_table(plans: Sequence[Mapping[str, Any]]) -> str:
     rows = ["<tr>" + "".join(f"<th>{_e(h)}</th>" for h in head) + "</tr>"]
     for p in plans:
         cells = [str(p.get("rank", "")), _e(p.get("label", ""))]
-        cells += [_e(p.get(key, "")) for _, key in _SEARCH_COLUMNS]
+        cells += [_e(_cell(p.get(key, ""))) for _, key in _SEARCH_COLUMNS]
         memory = humanize.size(float(p.get("peak_memory_bytes") or 0))
         cells += [
             _seconds(p.get("step_time_s")),
@@ -504,7 +503,7 @@ def _search_table(plans: Sequence[Mapping[str, Any]]) -> str:
             _e(p.get("bound", "")),
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return "<table class='plans'>" + "\n".join(rows) + "</table>"
+    return "<table class='plans search'>" + "\n".join(rows) + "</table>"
 
 
 def _checked_table(entries: Sequence[Mapping[str, Any]], rank: bool) -> str:
@@ -526,7 +525,12 @@ def _checked_table(entries: Sequence[Mapping[str, Any]], rank: bool) -> str:
             cells.append(f"#{c['would_rank']}" if c.get("would_rank") and c.get("fits") else "—")
         cells.append(_e(c.get("error") or c.get("bound") or ""))
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return "<table>" + "\n".join(rows) + "</table>"
+    return "<table class='search'>" + "\n".join(rows) + "</table>"
+
+
+def _cell(value: Any) -> Any:
+    """A table cell's value: booleans as yes / no."""
+    return ("yes" if value else "no") if isinstance(value, bool) else value
 
 
 def _search_points(plans: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
