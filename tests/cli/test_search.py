@@ -19,7 +19,8 @@ requires_plotly = pytest.mark.skipif(
     importlib.util.find_spec("plotly") is None, reason="plotly is not installed (pip install 'parplan[html]')"
 )
 requires_matplotlib = pytest.mark.skipif(
-    importlib.util.find_spec("matplotlib") is None, reason="matplotlib is not installed (pip install 'parplan[plot]')"
+    importlib.util.find_spec("matplotlib") is None,
+    reason="matplotlib is not installed (pip install 'parplan[plot]')",
 )
 
 
@@ -37,7 +38,13 @@ def test_search_prints_the_ranking_front_bound_and_checks(tmp_path: Path) -> Non
     result = runner.invoke(app, ["search", str(small_scenario(tmp_path, SMALL, FSDP_64))])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for heading in ("ranking (closed form)", "the scenario's plans", "Pareto front", "winner: ", "event engine"):
+    for heading in (
+        "ranking (closed form)",
+        "the scenario's plans",
+        "Pareto front",
+        "winner: ",
+        "event engine",
+    ):
         assert heading in out
     assert "fsdp-64" in out and "would rank" in out and "-bound (" in out
     assert "candidates enumerated" in out and "searched " in result.stderr
@@ -68,7 +75,9 @@ def test_outputs_are_byte_identical_run_to_run(tmp_path: Path) -> None:
 
 
 def test_json_to_stdout_replaces_the_tables(tmp_path: Path) -> None:
-    result = runner.invoke(app, ["search", str(small_scenario(tmp_path, SMALL)), "--top-k", "0", "--json", "-"])
+    result = runner.invoke(
+        app, ["search", str(small_scenario(tmp_path, SMALL)), "--top-k", "0", "--json", "-"]
+    )
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["top"] == []
 
@@ -86,7 +95,9 @@ def test_html_page_has_the_ranking_front_and_timelines(tmp_path: Path) -> None:
 @requires_matplotlib
 def test_plot_of_the_front(tmp_path: Path) -> None:
     out = tmp_path / "front.png"
-    result = runner.invoke(app, ["search", str(small_scenario(tmp_path, SMALL)), "--top-k", "0", "--plot", str(out)])
+    result = runner.invoke(
+        app, ["search", str(small_scenario(tmp_path, SMALL)), "--top-k", "0", "--plot", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert out.read_bytes().startswith(b"\x89PNG")
 
@@ -134,7 +145,8 @@ def test_address_needs_the_ray_backend(tmp_path: Path, no_work: None) -> None:
 
 def test_devices_option_replaces_the_blocks(tmp_path: Path) -> None:
     result = runner.invoke(
-        app, ["search", str(small_scenario(tmp_path, SMALL)), "--devices", "32", "--top-k", "0", "--json", "-"]
+        app,
+        ["search", str(small_scenario(tmp_path, SMALL)), "--devices", "32", "--top-k", "0", "--json", "-"],
     )
     assert result.exit_code == 0, result.output
     assert {p["devices"] for p in json.loads(result.stdout)["plans"]} == {32}

@@ -192,7 +192,7 @@ def search_spec(
         update["top_k"] = top_k
     if devices is not None:
         update["devices"] = tuple(sorted(set(devices)))
-    return SearchSpec.model_validate({**search.model_dump(by_alias=True), **update}) if update else search
+    return search.model_copy(update=update) if update else search
 
 
 def check_size(ctx: PlanContext, search: SearchSpec) -> int:

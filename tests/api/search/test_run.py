@@ -3,6 +3,7 @@ chunking that changes nothing, and the re-simulated best plans."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -86,7 +87,7 @@ def test_chunks_cover_every_row_once() -> None:
     for rows, workers in [(1, 1), (10, 1), (1000, 3), (300_000, 2)]:
         bounds = chunk_bounds(rows, workers)
         assert bounds[0][0] == 0 and bounds[-1][1] == rows
-        assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
         assert max(b - a for a, b in bounds) <= max(run.CHUNK_ROWS, math.ceil(rows / 4))
 
 
@@ -138,3 +139,14 @@ def test_a_plain_scenario_searches_the_default_space(tmp_path: Path) -> None:
     result = search_scenario(path, top_k=0, limit=50_000)
     assert result.search.devices is None and result.search.virtual_stages == (1, 2)  # the defaults
     assert result.counts.evaluated > 100 and len(result.hand_written) == 4
+
+
+def test_algorithms_and_buckets_are_named_in_the_rows(tmp_path: Path) -> None:
+    space = (
+        SMALL
+        + "  algorithms: [ring, 'tree:2']\n  bucket_sizes: [25 MiB, 100 MiB]\n  zero: [0]\n  fsdp: [none]\n"
+    )
+    result = search_scenario(small_scenario(tmp_path, space), top_k=0, limit=10_000)
+    assert {r.fields["algorithm"] for r in result.rows()} >= {"ring"}
+    assert {r.fields["bucket_bytes"] for r in result.rows()} <= {25 * 2**20, 100 * 2**20}
+    assert result.search.limit == 10_000 and result.search.algorithms  # the block kept, the limit replaced

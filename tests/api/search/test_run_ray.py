@@ -89,7 +89,9 @@ def test_cli_writes_what_was_gathered_then_fails(
     _lose_the_cluster_after(monkeypatch, ray_instance, 1)
     out = tmp_path / "partial.json"
     path = small_scenario(tmp_path, SMALL)
-    result = CliRunner().invoke(app, ["search", str(path), "--backend", "ray", "--top-k", "0", "--json", str(out)])
+    result = CliRunner().invoke(
+        app, ["search", str(path), "--backend", "ray", "--top-k", "0", "--json", str(out)]
+    )
     assert result.exit_code == 1, result.output
     assert "the Ray cluster was lost" in result.stderr and "ranking (closed form)" in result.stdout
     document = json.loads(out.read_text(encoding="utf-8"))
@@ -112,7 +114,17 @@ def test_the_chunk_work_is_the_one_ray_path(monkeypatch: pytest.MonkeyPatch, tmp
 
 def test_unreachable_cluster_is_one_clear_message_before_any_work(tmp_path: Path) -> None:
     path = small_scenario(tmp_path, SMALL)
-    cmd = [sys.executable, "-m", "parplan", "search", str(path), "--backend", "ray", "--address", "127.0.0.1:1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "parplan",
+        "search",
+        str(path),
+        "--backend",
+        "ray",
+        "--address",
+        "127.0.0.1:1",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
     assert "cannot reach the Ray cluster at 127.0.0.1:1" in done.stderr
