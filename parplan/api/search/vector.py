@@ -104,8 +104,53 @@ class _Sync:
         return tuple(np.shape(self.sync.gather_sum_s))
 
 
+class _MeshClock(CollectiveClock):
+    """A :class:`CollectiveClock` sharing congruent groups, whose groups come from rank arithmetic
+    on the default placement (tp, cp, pp, dp innermost first; the search's): the members
+    :meth:`~parplan.plan.sharded.mesh.Mesh.group` lists, without walking coordinates."""
+
+    def __init__(self, ctx: PlanContext, layout: ShardedLayout) -> None:
+        super().__init__(ctx, layout, share_congruent=True)
+
+    def group(self, axis: str, stage: int) -> tuple[str, ...]:
+        """The devices of ``axis``'s group holding stage ``stage``'s first device."""
+        key = (axis, stage)
+        found = self._groups.get(key)
+        if found is None:
+            found = self._groups[key] = _group(self.layout, axis, stage)
+        return found
+
+
+def _group(layout: ShardedLayout, axis: str, stage: int) -> tuple[str, ...]:
+    """:meth:`Mesh.group` of stage ``stage``'s first device on the default placement."""
+    from parplan.config.strategy import DEFAULT_PLACEMENT
+
+    mesh = layout.mesh
+    if tuple(layout.strategy.placement) != DEFAULT_PLACEMENT:
+        if axis == "pp":
+            return (mesh.device({"pp": stage}), mesh.device({"pp": (stage + 1) % mesh.pp}))
+        return mesh.group(axis, mesh.device({"pp": stage}))  # type: ignore[arg-type]
+    tp, cp, pp, dp = mesh.tp, mesh.cp, mesh.pp, mesh.dp
+    devices, base = mesh.devices, stage * tp * cp
+    if axis == "pp":
+        return (devices[base], devices[((stage + 1) % pp) * tp * cp])
+    if axis == "tp":
+        return devices[base : base + tp]
+    if axis == "cp":
+        return devices[base : base + tp * cp : tp]
+    if axis == "dp":
+        return devices[base :: tp * cp * pp][:dp]
+    if axis == "embedding":
+        return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
+    data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
+    if axis == "dp_cp":
+        return data
+    block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
+    return data[:block] if axis in ("ep", "dp_shard") else data[::block]
+
+
 def _micro(ctx: PlanContext, layout: ShardedLayout) -> _Micro:
-    clock = CollectiveClock(ctx, layout)
+    clock = _MeshClock(ctx, layout)
     strategy, pp = layout.strategy, layout.strategy.pp
     chunks = _chunk_sums(clock)
     hop = 0.0
@@ -123,7 +168,7 @@ def _micro(ctx: PlanContext, layout: ShardedLayout) -> _Micro:
 
 
 def _sync(ctx: PlanContext, layout: ShardedLayout) -> _Sync:
-    clock = CollectiveClock(ctx, layout)
+    clock = _MeshClock(ctx, layout)
     pp = layout.strategy.pp
     memory = [stage_memory(ctx, layout, s) for s in range(pp)]
     return _Sync(
