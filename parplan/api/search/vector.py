@@ -19,7 +19,7 @@ follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,13 +33,14 @@ from parplan.api.sharded_analytic import (
     stage_micro,
 )
 from parplan.plan.sharded.clock import CollectiveClock
-from parplan.plan.sharded.costs import CommCall, layout_plan
+from parplan.plan.sharded.costs import CommCall, layout_plan, relayout_sync
 from parplan.plan.sharded.memory import (
     FRAGMENTATION_FRACTION,
     microbatch_buffers,
     stage_memory,
     sync_buffers,
 )
+from parplan.plan.sharded.mesh import build_mesh
 
 if TYPE_CHECKING:
     from parplan.api.search.space import CandidateTable
@@ -57,6 +58,8 @@ BOUND_NAMES: tuple[str, ...] = (
 )
 """What bounds a plan, in :func:`~parplan.api.sharded_analytic.bound_text`'s order and words."""
 
+_DP_AXES = ("dp", "dp_cp", "edp", "dp_replicate")
+"""The axes whose all-reduces run the search's algorithm (the clock's rule)."""
 _STRUCTURE = ("devices", "dp", "tp", "pp", "cp", "ep", "virtual_stages")
 _MICRO = ("microbatch_size", "sequence_parallel", "recompute")
 _SYNC = ("zero", "fsdp", "algorithm", "bucket")
@@ -104,8 +107,68 @@ class _Sync:
         return tuple(np.shape(self.sync.gather_sum_s))
 
 
-def _micro(ctx: PlanContext, layout: ShardedLayout) -> _Micro:
-    clock = CollectiveClock(ctx, layout)
+class _MeshClock(CollectiveClock):
+    """A :class:`CollectiveClock` sharing congruent groups, whose groups come from rank arithmetic
+    on the default placement (tp, cp, pp, dp innermost first; the search's): the members
+    :meth:`~parplan.plan.sharded.mesh.Mesh.group` lists, without walking coordinates."""
+
+    def __init__(self, ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> None:
+        super().__init__(ctx, layout, share_congruent=True)
+        self.shared = times
+        mesh = layout.mesh
+        self.mesh_key = (mesh.size, mesh.tp, mesh.pp, mesh.cp, mesh.dp, mesh.ep, mesh.sizes["dp_shard"])
+
+    def seconds(self, call: CommCall, stage: int) -> float:
+        """Seconds ``call`` takes on stage ``stage``'s group, shared by every plan on this mesh
+        (the all-reduce algorithm is part of the key where it applies)."""
+        algorithm = None
+        if call.collective == "all_reduce" and call.axis in _DP_AXES:
+            algorithm = self.layout.strategy.aggregation.algorithm
+        key = (*self.mesh_key, call.collective, call.axis, call.size_bytes, stage, algorithm)
+        found = self.shared.get(key)
+        if found is None:
+            found = self.shared[key] = super().seconds(call, stage)
+        return found
+
+    def group(self, axis: str, stage: int) -> tuple[str, ...]:
+        """The devices of ``axis``'s group holding stage ``stage``'s first device."""
+        key = (axis, stage)
+        found = self._groups.get(key)
+        if found is None:
+            found = self._groups[key] = _group(self.layout, axis, stage)
+        return found
+
+
+def _group(layout: ShardedLayout, axis: str, stage: int) -> tuple[str, ...]:
+    """:meth:`Mesh.group` of stage ``stage``'s first device on the default placement."""
+    from parplan.config.strategy import DEFAULT_PLACEMENT
+
+    mesh = layout.mesh
+    if tuple(layout.strategy.placement) != DEFAULT_PLACEMENT:
+        if axis == "pp":
+            return (mesh.device({"pp": stage}), mesh.device({"pp": (stage + 1) % mesh.pp}))
+        return mesh.group(axis, mesh.device({"pp": stage}))  # type: ignore[arg-type]
+    tp, cp, pp, dp = mesh.tp, mesh.cp, mesh.pp, mesh.dp
+    devices, base = mesh.devices, stage * tp * cp
+    if axis == "pp":
+        return (devices[base], devices[((stage + 1) % pp) * tp * cp])
+    if axis == "tp":
+        return devices[base : base + tp]
+    if axis == "cp":
+        return devices[base : base + tp * cp : tp]
+    if axis == "dp":
+        return devices[base :: tp * cp * pp][:dp]
+    if axis == "embedding":
+        return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
+    data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
+    if axis == "dp_cp":
+        return data
+    block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
+    return data[:block] if axis in ("ep", "dp_shard") else data[::block]
+
+
+def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> _Micro:
+    clock = _MeshClock(ctx, layout, times)
     strategy, pp = layout.strategy, layout.strategy.pp
     chunks = _chunk_sums(clock)
     hop = 0.0
@@ -122,8 +185,8 @@ def _micro(ctx: PlanContext, layout: ShardedLayout) -> _Micro:
     )
 
 
-def _sync(ctx: PlanContext, layout: ShardedLayout) -> _Sync:
-    clock = CollectiveClock(ctx, layout)
+def _sync(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> _Sync:
+    clock = _MeshClock(ctx, layout, times)
     pp = layout.strategy.pp
     memory = [stage_memory(ctx, layout, s) for s in range(pp)]
     return _Sync(
@@ -149,6 +212,7 @@ class _Evaluator:
         from parplan.plan.sharded.costs import transformer_shape
 
         self.ctx, self.search, self.table = ctx, search, table
+        self.times: dict[tuple[Any, ...], float] = {}
         shape = transformer_shape(ctx)
         tokens = float(ctx.training.global_batch_size * shape.sequence_length)
         self.flops = float(model_flops_per_token(shape)) * tokens
@@ -167,15 +231,20 @@ class _Evaluator:
         sub = self.table.take(rows)
         k_first, k_index = _keys(sub, _MICRO)
         y_first, y_index = _keys(sub, _SYNC)
-        layouts: dict[int, ShardedLayout] = {}
-
-        def layout(row: int) -> ShardedLayout:
-            if row not in layouts:
-                layouts[row] = layout_plan(self.ctx, sub.strategy(row, self.search))
-            return layouts[row]
-
-        micros = [_micro(self.ctx, layout(int(r))) for r in k_first]
-        syncs = [_sync(self.ctx, layout(int(r))) for r in y_first]
+        # micro-batch keys laid out without ZeRO/FSDP on one mesh; sync keys re-laid on the first
+        strategies = [
+            sub.strategy(int(r), self.search).model_copy(update={"zero": 0, "fsdp": "none"}) for r in k_first
+        ]
+        mesh = build_mesh(strategies[0], self.ctx.network)
+        layouts = [layout_plan(self.ctx, strategy, mesh) for strategy in strategies]
+        micros = [_micro(self.ctx, layout, self.times) for layout in layouts]
+        base = layouts[0]
+        syncs = []
+        for r in y_first:
+            row = sub.strategy(int(r), self.search)
+            update = {"zero": row.zero, "fsdp": row.fsdp, "aggregation": row.aggregation}
+            strategy = base.strategy.model_copy(update=update)
+            syncs.append(_sync(self.ctx, relayout_sync(self.ctx, base, strategy), self.times))
         micro = StageMicro(
             *(np.stack([getattr(m.micro, f.name) for m in micros])[k_index] for f in fields(StageMicro))
         )

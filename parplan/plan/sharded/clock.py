@@ -37,6 +37,64 @@ _NETWORK_CACHE: weakref.WeakKeyDictionary[Network, tuple[dict[Any, Any], dict[An
 """Per network: each group's (alpha, beta, gamma, shared port), NCCL system and ranks by node,
 kept for the next plan evaluated on the same cluster (a sweep evaluates many)."""
 _AUTO = AutoAlgorithm(name="auto")
+_SYMMETRY: weakref.WeakKeyDictionary[Network, tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per network: its nodes and each device's (node index, name inside the node) when every node is
+wired alike (:func:`node_symmetry`), else None."""
+_CANONICAL: weakref.WeakKeyDictionary[Network, dict[tuple[str, ...], tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per network: groups and their congruent copies on the first nodes."""
+_EDGE_NAMES = ("channel", "channel_name")
+
+
+def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
+    """The nodes and each device's (node index, element name) when exchanging any two nodes maps
+    the network onto itself: every element of a node is named ``NODE.NAME``, every node holds the
+    same elements with the same attributes and links, and links leave a node only to elements of
+    no node (NICs to the same rail or leaf switches, with the same attributes). Then a group's
+    figures depend only on which of its ranks share a node and at which position: a search keys
+    them on that. None when nodes differ (a fat tree's leaves, a torus, mixed nodes)."""
+    if network in _SYMMETRY:
+        return _SYMMETRY[network]
+    graph = network.graph
+    nodes = tuple(dict.fromkeys(str(graph.nodes[d].get("group") or "") for d in network.devices))
+    found: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
+    if "" not in nodes and len(nodes) > 1:
+        index = {n: k for k, n in enumerate(nodes)}
+
+        def owner(name: str) -> tuple[int, str] | None:
+            head, _, tail = str(name).partition(".")
+            k = index.get(head)
+            return None if k is None or not tail else (k, tail)
+
+        signatures: list[list[Any]] = [[] for _ in nodes]
+        ok = True
+        for name, attrs in graph.nodes(data=True):
+            where = owner(name)
+            if where is not None:
+                kept = sorted((k, repr(v)) for k, v in attrs.items() if k != "group")
+                signatures[where[0]].append(("element", where[1], kept))
+        for u, v, attrs in graph.edges(data=True):
+            a, b = owner(u), owner(v)
+            if a is not None and b is not None and a[0] != b[0]:
+                ok = False  # nodes linked directly: not every permutation keeps the links
+                break
+            kept = sorted((k, repr(x)) for k, x in attrs.items() if k not in _EDGE_NAMES)
+            if a is not None:
+                signatures[a[0]].append(("link", a[1], b[1] if b is not None else ("", str(v)), kept))
+            elif b is not None:
+                signatures[b[0]].append(("link", ("", str(u)), b[1], kept))
+        if ok:
+            first = sorted(signatures[0], key=repr)
+            ok = all(sorted(sig, key=repr) == first for sig in signatures[1:])
+        if ok:
+            devices = {d: owner(d) for d in network.devices}
+            if all(w is not None for w in devices.values()):
+                found = (nodes, {d: w for d, w in devices.items() if w is not None})
+    _SYMMETRY[network] = found
+    return found
 
 
 def _uses_groups(spec: Any, collective: str) -> bool:
@@ -107,12 +165,35 @@ class GroupClock:
     docstring), with the per-network caches every :class:`CollectiveClock` on it shares. What a
     search memoises its collective times on: (call, group devices, all-reduce algorithm)."""
 
-    def __init__(self, network: Network) -> None:
+    def __init__(self, network: Network, *, share_congruent: bool = False) -> None:
         self.network = network
         cache = _NETWORK_CACHE.setdefault(network, ({}, {}, {}))
         self._params: dict[tuple[str, ...], Params] = cache[0]
         self._systems: dict[tuple[str, ...], Any] = cache[1]
         self._groups_by_node: dict[tuple[str, ...], tuple[tuple[int, ...], ...]] = cache[2]
+        self._symmetry: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
+        self._canonical: dict[tuple[str, ...], tuple[str, ...]] = {}
+        if share_congruent:
+            self._symmetry = node_symmetry(network)
+            self._canonical = _CANONICAL.setdefault(network, {})
+
+    def canonical(self, devices: tuple[str, ...]) -> tuple[str, ...]:
+        """``devices`` moved to the first nodes in order of appearance, positions kept, when the
+        clock shares congruent groups (``share_congruent``: the network's nodes are
+        interchangeable, :func:`node_symmetry`; the same figures, a few distinct groups instead
+        of one per pipeline stage and mesh); else as given."""
+        if self._symmetry is None:
+            return devices
+        found = self._canonical.get(devices)
+        if found is None:
+            nodes, where = self._symmetry
+            renumber: dict[int, int] = {}
+            out = []
+            for d in devices:
+                k, name = where[d]
+                out.append(f"{nodes[renumber.setdefault(k, len(renumber))]}.{name}")
+            found = self._canonical[devices] = tuple(out)
+        return found
 
     def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """The ranks of ``devices`` by node (cached per cluster)."""
@@ -128,6 +209,9 @@ class GroupClock:
         """The worst latency, the narrowest route's bandwidth and whether every pair is one hop."""
         net = self.network
         worst_lat, worst_bw, direct = 0.0, float("inf"), True
+        if self._symmetry is not None:
+            copies = (self.canonical((a, b)) for a, b in pairs)
+            pairs = {(c[0], c[1]) for c in copies}  # a pair's route is its copy's
         for a, b in pairs:
             channels, latency = net.route(a, b)
             worst_lat = max(worst_lat, latency)
@@ -173,6 +257,7 @@ class GroupClock:
 
     def seconds(self, call: CommCall, devices: tuple[str, ...], algorithm: Any = _AUTO) -> float:
         """Seconds ``call`` takes on ``devices``; ``algorithm`` runs the data-parallel all-reduces."""
+        devices = self.canonical(devices)
         p = len(devices)
         if p < 2 or call.size_bytes <= 0:
             return 0.0
@@ -214,10 +299,10 @@ class GroupClock:
 class CollectiveClock:
     """Seconds of a :class:`CommCall` in its group on the network (module docstring), cached."""
 
-    def __init__(self, ctx: PlanContext, layout: ShardedLayout) -> None:
+    def __init__(self, ctx: PlanContext, layout: ShardedLayout, *, share_congruent: bool = False) -> None:
         self.network: Network = ctx.network
         self.layout = layout
-        self.groups = GroupClock(ctx.network)
+        self.groups = GroupClock(ctx.network, share_congruent=share_congruent)
         self._groups: dict[tuple[str, int], tuple[str, ...]] = {}
         self._times: dict[tuple[str, str, float, int], float] = {}
 

@@ -26,8 +26,8 @@ backward, its gradient of the same size.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 from parplan.config.strategy import ShardedStrategy
 from parplan.errors import PlanError
@@ -79,7 +79,8 @@ class ShardedLayout:
     updated parameters after the optimizer (ZeRO-1/2); ``optimizer_s`` the update.
     ``per_microbatch_sync``: the gathers and ``grad_sync`` run every micro-batch (ZeRO-3, FSDP),
     not once per step. ``embedding_sync`` is the tied-embedding all-reduce between first and last
-    stage (``None`` without tied embeddings or a pipeline)."""
+    stage (``None`` without tied embeddings or a pipeline); ``units`` the sharding units each stage
+    holds (what the data-parallel fields are built from)."""
 
     strategy: ShardedStrategy
     mesh: Mesh
@@ -94,6 +95,7 @@ class ShardedLayout:
     param_sync: tuple[tuple[CommCall, ...], ...] = ()
     param_gather_backward: bool = False
     per_microbatch_sync: bool = False
+    units: tuple[tuple[UnitParams, ...], ...] = ()
 
     @property
     def virtual_stages(self) -> int:
@@ -295,24 +297,27 @@ def _chunk(
     return work, units
 
 
-def layout_plan(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedLayout:
+def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None = None) -> ShardedLayout:
     """The mesh and the per-stage costs of ``strategy`` on the scenario (module docstring);
-    :class:`PlanError` for a plan that does not fit the model, the cluster or the batch."""
+    :class:`PlanError` for a plan that does not fit the model, the cluster or the batch. ``mesh``:
+    ``build_mesh(strategy, ctx.network)`` already built (a search lays out many plans on one)."""
     shape = transformer_shape(ctx)
-    mesh = build_mesh(strategy, ctx.network)
+    mesh = mesh if mesh is not None else build_mesh(strategy, ctx.network)
     check_shape(strategy, shape, mesh)
     m = microbatches_per_pipeline(strategy, ctx.training.global_batch_size, mesh.dp)
     pp, v = strategy.pp, strategy.virtual_stages
     counts = split_layers(shape.layers, pp * v)
     starts = [sum(counts[:c]) for c in range(pp * v)]
     spec = ctx.model_spec
-    data_ranks = mesh.dp * mesh.cp
-    expert_ranks = data_ranks // mesh.ep
     chunks: list[tuple[ChunkWork, ...]] = []
-    gathers, grads, params_after, optimizer = [], [], [], []
+    stage_units: list[tuple[UnitParams, ...]] = []
+    roofs: dict[DeviceInfo, _Roofline] = {}
     for s in range(pp):
         info = ctx.network.device(mesh.device({"pp": s}))
-        roof = _Roofline(ctx, strategy, shape, info)
+        kind = replace(info, name="", group=None)  # alike devices time alike: one roofline
+        roof = roofs.get(kind)
+        if roof is None:
+            roof = roofs[kind] = _Roofline(ctx, strategy, shape, info)
         row: list[ChunkWork] = []
         units: list[UnitParams] = []
         for vc in range(v):
@@ -321,6 +326,36 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedLayout:
             row.append(work)
             units += chunk_units
         chunks.append(tuple(row))
+        stage_units.append(tuple(units))
+    embedding_sync = None
+    if shape.tie_embeddings and pp > 1:
+        size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
+        embedding_sync = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
+    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    return ShardedLayout(
+        strategy=strategy,
+        mesh=mesh,
+        shape=shape,
+        microbatches=m,
+        chunks=tuple(chunks),
+        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
+        embedding_sync=embedding_sync,
+        units=tuple(stage_units),
+        **_sync_fields(ctx, strategy, mesh, stage_units),
+    )
+
+
+def _sync_fields(
+    ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh, stage_units: Sequence[Sequence[UnitParams]]
+) -> dict[str, Any]:
+    """The layout's data-parallel fields (gathers, gradient sync, parameter sync, optimizer) of
+    stages holding ``stage_units``."""
+    spec = ctx.model_spec
+    data_ranks = mesh.dp * mesh.cp
+    expert_ranks = data_ranks // mesh.ep
+    gathers, grads, params_after, optimizer = [], [], [], []
+    for s, units in enumerate(stage_units):
+        info = ctx.network.device(mesh.device({"pp": s}))
         sync = stage_sync(
             strategy,
             units,
@@ -335,24 +370,23 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedLayout:
         params_after.append(sync.param_sync)
         owned = optimizer_params(strategy, units, data_ranks, expert_ranks, mesh.sizes["dp_shard"])
         optimizer.append(owned * optimizer_bytes_moved_per_param(spec) / memory_bandwidth_Bps(info))
-    embedding_sync = None
-    if shape.tie_embeddings and pp > 1:
-        size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
-        embedding_sync = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
-    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
     fully = strategy.zero == 3 or strategy.fsdp != "none"
-    return ShardedLayout(
-        strategy=strategy,
-        mesh=mesh,
-        shape=shape,
-        microbatches=m,
-        chunks=tuple(chunks),
-        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
-        param_gather=tuple(gathers),
-        grad_sync=tuple(grads),
-        optimizer_s=tuple(optimizer),
-        embedding_sync=embedding_sync,
-        param_sync=tuple(params_after),
-        param_gather_backward=fully and strategy.fsdp != "shard_grad_op",
-        per_microbatch_sync=fully,
-    )
+    return {
+        "param_gather": tuple(gathers),
+        "grad_sync": tuple(grads),
+        "optimizer_s": tuple(optimizer),
+        "param_sync": tuple(params_after),
+        "param_gather_backward": fully and strategy.fsdp != "shard_grad_op",
+        "per_microbatch_sync": fully,
+    }
+
+
+def relayout_sync(ctx: PlanContext, layout: ShardedLayout, strategy: ShardedStrategy) -> ShardedLayout:
+    """``layout`` for ``strategy``, which differs from the layout's only in ZeRO, FSDP and
+    ``aggregation`` (what a search varies on one laid-out plan): the same chunks, the
+    data-parallel fields again (and the mesh again under hybrid sharding, whose shard group it
+    sets)."""
+    mesh = layout.mesh
+    if "hybrid_shard" in (strategy.fsdp, layout.strategy.fsdp):
+        mesh = build_mesh(strategy, ctx.network)
+    return replace(layout, strategy=strategy, mesh=mesh, **_sync_fields(ctx, strategy, mesh, layout.units))
