@@ -263,12 +263,21 @@ def shape_of_generator(gen: TransformerGenerator, bytes_per_element: float = 2.0
     )
 
 
-def shape_of(model: ModelGraph) -> TransformerShape | None:
-    """The transformer a model graph was generated from; ``None`` when it is not a transformer."""
+def shape_of(model: ModelGraph, sequence_length: int | None = None) -> TransformerShape | None:
+    """The transformer a model graph was generated from; ``None`` when it is not a transformer.
+
+    ``sequence_length`` (a scenario's ``training.sequence_length``) overrides the model's: the
+    tokens a sample has are the training run's, not the context the model was built for (a Hugging
+    Face config's ``max_position_embeddings`` becomes the model's ``seq_len`` otherwise). A learned
+    position table keeps the model's rows.
+    """
     gen = model.spec.generator
     if not isinstance(gen, TransformerGenerator):
         return None
-    return replace(shape_of_generator(gen, model.spec.bytes_per_activation_element), name=model.name)
+    shape = replace(shape_of_generator(gen, model.spec.bytes_per_activation_element), name=model.name)
+    if sequence_length is not None and sequence_length != shape.sequence_length:
+        shape = replace(shape, sequence_length=sequence_length)
+    return shape
 
 
 def model_flops_per_token(shape: TransformerShape) -> float:

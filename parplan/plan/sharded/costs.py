@@ -106,10 +106,11 @@ class ShardedLayout:
 
 
 def transformer_shape(ctx: PlanContext) -> TransformerShape:
-    """The scenario model's transformer shape, or a :class:`PlanError` for another model."""
+    """The scenario model's transformer shape (its sequence the scenario's
+    ``training.sequence_length`` when given), or a :class:`PlanError` for another model."""
     from parplan.model.transformer import shape_of
 
-    shape = shape_of(ctx.model)
+    shape = shape_of(ctx.model, ctx.training.sequence_length)
     if shape is None:
         raise PlanError(
             f"a sharded plan needs a transformer model; {ctx.model.name!r} is not one "

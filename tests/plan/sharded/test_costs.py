@@ -160,3 +160,18 @@ def test_the_kernels_field_round_trips_and_reaches_the_ops() -> None:
     fused = layout_plan(ctx, sharded(tp=2)).chunks[0][0]
     eager = layout_plan(ctx, sharded(tp=2, kernels="eager")).chunks[0][0]
     assert eager.forward_s > fused.forward_s and eager.backward_s > fused.backward_s
+
+
+def test_training_sequence_length_overrides_the_models() -> None:
+    from dataclasses import replace
+
+    from parplan.config.scenario import TrainingSpec
+
+    model = gpt(layers=2, seq=4096)
+    ctx = context(model)
+    short = replace(ctx, training=TrainingSpec(global_batch_size=16, sequence_length=1024))
+    layout = layout_plan(short, sharded())
+    assert layout.shape.sequence_length == 1024
+    same = layout_plan(context(gpt(layers=2, seq=1024)), sharded())
+    assert layout.chunks[0][0].forward_s == pytest.approx(same.chunks[0][0].forward_s)
+    assert layout_plan(ctx, sharded()).shape.sequence_length == 4096
