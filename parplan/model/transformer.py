@@ -13,7 +13,8 @@ What is counted (``b`` micro-batch, ``S`` sequence, ``T = b S / cp`` local token
 - GEMMs (``qkv``, ``proj``, ``mlp_up``, ``mlp_down``, ``router``, ``experts_*``, ``logits``):
   ``2 m n k`` FLOPs; bytes read and written are the two operands and the result, each once.
   Megatron's split: QKV and the first FFN matrix split their columns over ``tp``, the output
-  projection and the second FFN matrix their rows; SwiGLU's gate and up matrices run as one GEMM.
+  projection and the second FFN matrix their rows; SwiGLU's gate and up matrices run as one GEMM
+  (eager: as the PyTorch models write them, ``wq``/``wk``/``wv`` and ``w1``/``w3`` separate GEMMs).
 - Attention: with ``flash_attention`` one fused kernel whose FLOPs are what FlashAttention executes
   under a causal mask: half of ``4 b S_q S h`` (the masked blocks are skipped), and whose bytes are
   Q, K, V and the output once. Without it, the score and context GEMMs compute the full ``S x S``
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
     from parplan.model.graph import ModelGraph
 
 OpKind = Literal["gemm", "attention", "elementwise", "norm", "embedding", "loss"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "op", "full"]
 Kernels = Literal["fused", "eager"]
 
 FP32_BYTES = 4.0
@@ -558,10 +559,12 @@ def block_ops(
     seq_tokens = tokens / tp if sp else tokens  # norms, dropout and residuals under SP
     heads = shape.heads / tp
     kv = _kv_heads_local(shape, tp)
-    ops: list[Op] = [
-        _norm(shape, "attn_norm", seq_tokens, kernels),
-        _gemm("qkv", tokens, (heads + 2.0 * kv) * shape.head_dim, h, e),
-    ]
+    ops: list[Op] = [_norm(shape, "attn_norm", seq_tokens, kernels)]
+    if kernels == "eager":  # torchtitan's wq, wk, wv and Hugging Face's q/k/v_proj: three GEMMs
+        hd = shape.head_dim
+        ops += [_gemm(n, tokens, w * hd, h, e) for n, w in (("q", heads), ("k", kv), ("v", kv))]
+    else:
+        ops.append(_gemm("qkv", tokens, (heads + 2.0 * kv) * shape.head_dim, h, e))
     if shape.position == "rope":
         elements = tokens * (heads + kv) * shape.head_dim
         if kernels == "eager":
@@ -705,8 +708,15 @@ def block_activation_bytes(
     recompute: Recompute,
     flash_attention: bool,
     layer: int = 0,
+    kernels: Kernels = "fused",
+    ep: int = 1,
+    capacity_factor: float = 1.0,
 ) -> float:
     """Bytes block ``layer`` keeps for backward on one device, per micro-batch.
+
+    ``recompute="op"`` (torchtitan's per-op policy) keeps the block's input and the outputs the
+    policy saves from :func:`block_ops` (``kernels``, ``ep`` and ``capacity_factor`` say which ops
+    run; :mod:`parplan.model.checkpointing`). The other modes:
 
     Korthikanti et al. 2022, Table 2 (``s`` here is the local ``S / cp``):
 
@@ -728,6 +738,23 @@ def block_activation_bytes(
     b, t = microbatch, tp
     scale = shape.bytes_per_element / 2.0
     sbh = s * b * shape.hidden
+    if recompute == "op":
+        from parplan.model.checkpointing import op_policy_saved_bytes
+
+        ops = block_ops(
+            shape,
+            microbatch=microbatch,
+            tp=tp,
+            sp=sp,
+            cp=cp,
+            flash_attention=flash_attention,
+            ep=ep,
+            capacity_factor=capacity_factor,
+            layer=layer,
+            kernels=kernels,
+        )
+        e = shape.bytes_per_element
+        return op_policy_saved_bytes(ops, sbh * e / (t if sp else 1), e)
     if recompute == "full":
         return 2.0 * sbh * scale / (t if sp else 1)
     whole, split = _split_coefficients(shape, layer)

@@ -14,7 +14,9 @@ on chunk 0, the head (logits and loss) on chunk ``C - 1``.
 ``head_ops`` for this device's share (TP, SP, CP, EP split) timed by the roofline ``op_seconds``
 of the stage's device in the strategy's dtype; backward with ``backward=True``. Recomputation
 (Korthikanti et al. 2022): ``full`` redoes every block's forward before its backward; ``selective``
-redoes the attention core (the ``attention`` ops). The straggler jitter of other plans is not applied.
+redoes the attention core (the ``attention`` ops); ``op`` (torchtitan's per-op policy,
+:mod:`parplan.model.checkpointing`) redoes every op of the block but the fused attention and every
+other linear layer. The straggler jitter of other plans is not applied.
 
 **Communication**: :mod:`parplan.plan.sharded.comm` (TP/SP, CP ring, EP all-to-all per block) and
 :mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
@@ -161,7 +163,13 @@ class _Roofline:
         core = [op for op in ops if op.kind == "attention"]
         attention = sum(op_seconds(self.device, op, dtype) for op in core)
         attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
-        recompute = {"none": 0.0, "selective": attention, "full": fwd}[self.strategy.recompute]
+        mode = self.strategy.recompute
+        if mode == "op":
+            from parplan.model.checkpointing import recomputed_ops
+
+            recompute = sum(op_seconds(self.device, op, dtype) for op in recomputed_ops(ops))
+        else:
+            recompute = {"none": 0.0, "selective": attention, "full": fwd}[mode]
         return fwd, bwd, recompute, attention, attention_bwd
 
     def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float, float]:

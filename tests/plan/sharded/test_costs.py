@@ -175,3 +175,19 @@ def test_training_sequence_length_overrides_the_models() -> None:
     same = layout_plan(context(gpt(layers=2, seq=1024)), sharded())
     assert layout.chunks[0][0].forward_s == pytest.approx(same.chunks[0][0].forward_s)
     assert layout_plan(ctx, sharded()).shape.sequence_length == 4096
+
+
+def test_op_recompute_costs_more_than_selective_and_less_than_full() -> None:
+    ctx = context(gpt(layers=4, seq=2048, activation="swiglu", dropout=False))
+    times = {
+        mode: layout_plan(ctx, sharded(recompute=mode, kernels="eager")).chunks[0][0].recompute_s
+        for mode in ("none", "selective", "op", "full")
+    }
+    assert times["none"] == 0.0 < times["selective"] < times["op"] < times["full"]
+
+
+def test_op_recompute_repeats_tp_all_reduces_not_the_cp_ring() -> None:
+    calls = layout_plan(context(), sharded(tp=2, cp=2, recompute="op")).chunks[0][0].layer_comm[0].backward
+    again = [c.label for c in calls if c.label.startswith("recompute")]
+    assert again and all("cp" not in label for label in again)
+    assert any("tp" in label for label in again)
