@@ -56,8 +56,10 @@ byte; the per-row statistics, ``T`` elements, are left out), forward / backward 
   in reverse: ``2e + 4f``. (HF's ``q * cos + rotate_half(q) * sin`` in 16 bits is ``12e``.)
 - Attention layout: ``repeat_kv`` materialises K and V at every query head when grouped
   (``expand(...).reshape``: read ``kv`` heads, write ``heads``), backward sums them back; the
-  attention kernel then reads the repeated K and V. The transposes into and out of SDPA are views
-  (the flash kernel takes strided inputs and returns the layout ``.contiguous()`` keeps).
+  attention kernel then reads the repeated K and V, and is SDPA's FlashAttention-2
+  (``kernel="flash2"``, which the roofline times by its measured share of peak). The transposes
+  into and out of SDPA are views (the flash kernel takes strided inputs and returns the layout
+  ``.contiguous()`` keeps).
   Without flash attention the core is ``matmul``, scale (2e), causal-mask add (2e), softmax in fp32
   (``e + f``), cast back (``f + e``), dropout (``2e + m``), ``matmul``; backward the same bytes.
 - SwiGLU (torchtitan's ``FeedForward``, HF's ``LlamaMLP``): ``w1`` and ``w3`` are two GEMMs (the
@@ -308,6 +310,8 @@ class Op:
     gemm_mnk: tuple[int, int, int] | None = None
     backward_flops_factor: float = 1.0
     backward_bytes_factor: float = 1.0
+    kernel: str | None = None
+    """The implementation when it sets the rate (``flash2``: PyTorch SDPA's FlashAttention-2)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, e: float, *, weight_copies: float = 1.0) -> Op:
@@ -443,6 +447,7 @@ def attention_ops(
                 gemm_mnk=(max(1, math.ceil(rows)), max(1, math.ceil(keys)), hd),
                 backward_flops_factor=BACKWARD_FLOPS["attention"],
                 backward_bytes_factor=BACKWARD_BYTES["attention"],
+                kernel="flash2" if kernels == "eager" else None,  # PyTorch's SDPA
             ),
         )
     scores = rows * s
