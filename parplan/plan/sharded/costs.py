@@ -36,7 +36,7 @@ from parplan.errors import PlanError
 from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
 from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
 from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
-from parplan.plan.sharded.sync import UnitParams, optimizer_params, stage_sync
+from parplan.plan.sharded.sync import UnitParams, gathered_param_bytes, optimizer_params, stage_sync
 
 if TYPE_CHECKING:
     from parplan.model.transformer import Op, TransformerShape
@@ -334,7 +334,7 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedLayout:
             strategy,
             units,
             grad_bytes=spec.bytes_per_grad,
-            param_bytes=spec.bytes_per_param,
+            param_bytes=gathered_param_bytes(spec.bytes_per_param, strategy.dtype),
             shard_group=mesh.sizes["dp_shard"],
             data_ranks=data_ranks,
             expert_ranks=expert_ranks,

@@ -3,9 +3,10 @@ parameter gathers, the tied-embedding all-reduce, and the optimizer's share of t
 
 Gradients of dense parameters are reduced over ``dp_cp`` (the data and context ranks: CP ranks hold
 the same weights), expert parameters over ``edp`` (the data ranks holding the same experts).
-Bytes per element: ``bytes_per_grad`` for gradients, ``bytes_per_param`` for parameters (the
-model spec's; Megatron under bf16 reduces gradients in fp32: a model spec with
-``bytes_per_grad: 4`` says so).
+Bytes per element: ``bytes_per_grad`` for gradients (the model spec's; Megatron under bf16 and
+torchtitan's FSDP2, whose ``MixedPrecisionPolicy`` has ``reduce_dtype=float32``, reduce gradients
+in fp32: a model spec with ``bytes_per_grad: 4`` says so); parameters are gathered in the compute
+dtype (:func:`gathered_param_bytes`), whatever precision the sharded copy is kept in.
 
 - **ZeRO 0** (plain DDP / Megatron DDP): gradients all-reduced in buckets of
   ``aggregation.bucket_size`` filled in backward order; once per step, overlapped with the last
@@ -53,6 +54,22 @@ class StageSync:
     param_gather: tuple[CommCall, ...]
     grad_sync: tuple[CommCall, ...]
     param_sync: tuple[CommCall, ...]
+
+
+GATHERED_BYTES: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0}
+"""Bytes per parameter of the copy a plan of each dtype gathers: FSDP2 casts its fp32 shard to the
+``param_dtype`` before the all-gather (its copy-in); ZeRO-3 and Megatron's distributed optimizer
+gather the 16-bit weights; fp8 training keeps 16-bit weights and casts inside the GEMMs."""
+
+
+def gathered_param_bytes(bytes_per_param: float, dtype: str) -> float:
+    """Bytes per parameter on the wire of a parameter all-gather: the compute dtype's copy, never
+    more than the kept copy (``bytes_per_param``).
+
+    >>> gathered_param_bytes(4.0, "bf16"), gathered_param_bytes(2.0, "bf16"), gathered_param_bytes(4.0, "fp32")
+    (2.0, 2.0, 4.0)
+    """
+    return min(bytes_per_param, GATHERED_BYTES[dtype])
 
 
 def fully_sharded(strategy: ShardedStrategy) -> bool:

@@ -191,3 +191,18 @@ def test_op_recompute_repeats_tp_all_reduces_not_the_cp_ring() -> None:
     again = [c.label for c in calls if c.label.startswith("recompute")]
     assert again and all("cp" not in label for label in again)
     assert any("tp" in label for label in again)
+
+
+def test_fsdp_gathers_the_compute_dtype_and_reduces_in_the_gradient_dtype() -> None:
+    """torchtitan's FSDP2: fp32 shards gathered in bf16, gradients reduce-scattered in fp32."""
+    from parplan.config.model import ModelSpec
+
+    base = gpt(layers=2)
+    fields = {"bytes_per_param": 4, "bytes_per_grad": 4, "optimizer_bytes_per_param": 8}
+    fp32_master = ModelSpec.model_validate({**base.model_dump(by_alias=True), **fields})
+    plain = layout_plan(context(base), sharded(fsdp="full_shard"))
+    titan = layout_plan(context(fp32_master), sharded(fsdp="full_shard"))
+    for a, b in zip(plain.param_gather[0], titan.param_gather[0], strict=True):
+        assert a.size_bytes == b.size_bytes
+    for a, b in zip(plain.grad_sync[0], titan.grad_sync[0], strict=True):
+        assert b.size_bytes == 2 * a.size_bytes
