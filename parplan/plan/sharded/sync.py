@@ -66,8 +66,8 @@ def gathered_param_bytes(bytes_per_param: float, dtype: str) -> float:
     """Bytes per parameter on the wire of a parameter all-gather: the compute dtype's copy, never
     more than the kept copy (``bytes_per_param``).
 
-    >>> gathered_param_bytes(4.0, "bf16"), gathered_param_bytes(2.0, "bf16"), gathered_param_bytes(4.0, "fp32")
-    (2.0, 2.0, 4.0)
+    >>> [gathered_param_bytes(kept, dtype) for kept, dtype in ((4.0, "bf16"), (2.0, "bf16"), (4.0, "fp32"))]
+    [2.0, 2.0, 4.0]
     """
     return min(bytes_per_param, GATHERED_BYTES[dtype])
 
