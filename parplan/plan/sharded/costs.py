@@ -18,6 +18,10 @@ redoes the attention core (the ``attention`` ops); ``op`` (torchtitan's per-op p
 :mod:`parplan.model.checkpointing`) redoes every op of the block but the fused attention and every
 other linear layer. The straggler jitter of other plans is not applied.
 
+**FSDP copies**: with ``fsdp`` each chunk's forward and backward also carry FSDP2's copies
+around its all-gathers and reduce-scatters (:func:`~parplan.plan.sharded.sync.fsdp_copy_bytes`),
+memory-bound kernels on the compute stream.
+
 **Communication**: :mod:`parplan.plan.sharded.comm` (TP/SP, CP ring, EP all-to-all per block) and
 :mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
 Between consecutive chunks each micro-batch sends ``p2p_bytes`` = ``b S / cp x h x e / tp``: the
@@ -28,7 +32,7 @@ backward, its gradient of the same size.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from parplan.config.strategy import ShardedStrategy
@@ -36,9 +40,16 @@ from parplan.errors import PlanError
 from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
 from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
 from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
-from parplan.plan.sharded.sync import UnitParams, gathered_param_bytes, optimizer_params, stage_sync
+from parplan.plan.sharded.sync import (
+    UnitParams,
+    fsdp_copy_bytes,
+    gathered_param_bytes,
+    optimizer_params,
+    stage_sync,
+)
 
 if TYPE_CHECKING:
+    from parplan.config.model import ModelSpec
     from parplan.model.transformer import Op, TransformerShape
     from parplan.plan.base import PlanContext
     from parplan.topology.network import DeviceInfo
@@ -304,6 +315,21 @@ def _chunk(
     return work, units
 
 
+def _with_fsdp_copies(
+    work: ChunkWork, strategy: ShardedStrategy, units: list[UnitParams], spec: ModelSpec, info: DeviceInfo
+) -> ChunkWork:
+    """The chunk with FSDP2's copies around its collectives (:func:`~parplan.plan.sharded.sync.
+    fsdp_copy_bytes`) on its compute stream, memory bound."""
+    from parplan.plan.compute import MEMORY_EFFICIENCY
+
+    param_bytes = gathered_param_bytes(spec.bytes_per_param, strategy.dtype)
+    fwd, bwd = fsdp_copy_bytes(strategy, units, param_bytes, spec.bytes_per_grad)
+    if fwd <= 0.0 and bwd <= 0.0:
+        return work
+    rate = memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY
+    return replace(work, forward_s=work.forward_s + fwd / rate, backward_s=work.backward_s + bwd / rate)
+
+
 def layout_plan(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedLayout:
     """The mesh and the per-stage costs of ``strategy`` on the scenario (module docstring);
     :class:`PlanError` for a plan that does not fit the model, the cluster or the batch."""
@@ -327,7 +353,8 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy) -> ShardedLayout:
         for vc in range(v):
             c = vc * pp + s
             work, chunk_units = _chunk(ctx, (strategy, shape, mesh), roof, c, starts[c], counts[c])
-            row.append(work)
+            row.append(_with_fsdp_copies(work, strategy, chunk_units, spec, info))
+
             units += chunk_units
         chunks.append(tuple(row))
         sync = stage_sync(

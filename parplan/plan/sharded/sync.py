@@ -72,6 +72,26 @@ def gathered_param_bytes(bytes_per_param: float, dtype: str) -> float:
     return min(bytes_per_param, GATHERED_BYTES[dtype])
 
 
+def fsdp_copy_bytes(
+    strategy: ShardedStrategy, units: Sequence[UnitParams], param_bytes: float, grad_bytes: float
+) -> tuple[float, float]:
+    """(forward, backward) bytes FSDP2's copies move around its collectives for ``units``, one
+    micro-batch (``torch/distributed/_composable/fsdp/_fsdp_collectives.py``): after each
+    all-gather, ``foreach_all_gather_copy_out`` splits the gathered buffer into the unsharded
+    parameters (``split_with_sizes_copy``: read and write ``param_bytes`` a parameter), before the
+    backward again when parameters are resharded after forward; before each reduce-scatter,
+    ``foreach_reduce`` packs the unsharded gradients (compute dtype) into the reduce-scatter input in
+    the reduce dtype (``_chunk_cat``: read ``param_bytes``, write ``grad_bytes``). The shard-sized
+    copies (the all-gather input, the reduced shard) are ``1 / shards`` of these and left out.
+    Zero without FSDP (ZeRO-3 here is DeepSpeed's, whose copies are not modelled)."""
+    if strategy.fsdp == "none":
+        return 0.0, 0.0
+    params = sum(u.dense + u.expert for u in units)
+    gather = 2.0 * param_bytes * params
+    again = gather if strategy.fsdp != "shard_grad_op" else 0.0
+    return gather, again + (param_bytes + grad_bytes) * params
+
+
 def fully_sharded(strategy: ShardedStrategy) -> bool:
     """Whether parameters live sharded between uses (ZeRO-3 or any FSDP mode)."""
     return strategy.zero == 3 or strategy.fsdp != "none"

@@ -206,3 +206,18 @@ def test_fsdp_gathers_the_compute_dtype_and_reduces_in_the_gradient_dtype() -> N
         assert a.size_bytes == b.size_bytes
     for a, b in zip(plain.grad_sync[0], titan.grad_sync[0], strict=True):
         assert b.size_bytes == 2 * a.size_bytes
+
+
+def test_fsdp_adds_its_copy_kernels_to_the_compute_stream() -> None:
+    """FSDP2 copies each gathered unit out (read + write, forward and again in backward) and packs
+    its gradients for the reduce-scatter (read bf16, write the gradient dtype)."""
+    from parplan.plan.compute import MEMORY_EFFICIENCY, memory_bandwidth_Bps
+
+    ctx = context(gpt(layers=2))
+    zero3 = layout_plan(ctx, sharded(zero=3))
+    fsdp = layout_plan(ctx, sharded(fsdp="full_shard"))
+    params = zero3.stage_params(0)
+    rate = memory_bandwidth_Bps(ctx.network.device(fsdp.mesh.device({"pp": 0}))) * MEMORY_EFFICIENCY
+    a, b = zero3.chunks[0][0], fsdp.chunks[0][0]
+    assert b.forward_s - a.forward_s == pytest.approx(4.0 * params / rate)
+    assert b.backward_s - a.backward_s == pytest.approx((4.0 + 4.0) * params / rate)
