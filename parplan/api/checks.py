@@ -392,7 +392,7 @@ def _sharded(strategy: ShardedStrategy, world: _World, report: IssueCollector) -
         if world.model is not None:
             from parplan.model.transformer import shape_of
 
-            shape = shape_of(world.model)
+            shape = shape_of(world.model, world.training.sequence_length)
             if shape is None:
                 report.add(
                     ("kind",), f"a sharded plan needs a transformer model; {world.model.name!r} is not one"

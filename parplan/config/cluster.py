@@ -146,6 +146,15 @@ class DeviceTemplate(Spec):
     sm_count: int | None = Field(
         default=None, ge=1, le=100_000, description="streaming multiprocessors (wave quantisation)"
     )
+    tdp_watts: float | None = Field(
+        default=None, gt=0, le=100_000, description="board power the datasheet's peaks are sustained at (W)"
+    )
+    power_limit_watts: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="a power cap below the TDP (nvidia-smi -pl): tensor clocks drop to stay under it (W)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -171,6 +180,7 @@ class DeviceTemplate(Spec):
         fill("memory", "memory_bytes", entry.memory_bytes)
         fill("memory_bandwidth", "memory_bandwidth_Bps", entry.memory_bandwidth_Bps)
         fill("sm_count", "sm_count", entry.sm_count)
+        fill("tdp_watts", "tdp_watts", entry.tdp_watts)
         if entry.arch is not None:
             fill("arch", "arch", entry.arch)
         given = out.get("peak_flops_by_dtype", out.get("peak_flop_per_s_by_dtype"))

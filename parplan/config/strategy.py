@@ -264,10 +264,11 @@ class ShardedStrategy(Spec):
         default="1f1b", description="pipeline schedule; 'interleaved_1f1b' with virtual_stages > 1"
     )
     microbatch_size: int = Field(default=1, ge=1, description="samples (sequences) per micro-batch")
-    recompute: Literal["none", "selective", "full"] = Field(
+    recompute: Literal["none", "selective", "op", "full"] = Field(
         default="none",
         description="activation recomputation: none; selective (attention core, Korthikanti et al. "
-        "2022); full (every layer's forward again in backward)",
+        "2022); op (torchtitan's per-op selective AC: keeps every other matmul's output and the "
+        "attention's, recomputes the rest); full (every layer's forward again in backward)",
     )
     zero: Literal[0, 1, 2, 3] = Field(
         default=0,

@@ -13,7 +13,8 @@ What is counted (``b`` micro-batch, ``S`` sequence, ``T = b S / cp`` local token
 - GEMMs (``qkv``, ``proj``, ``mlp_up``, ``mlp_down``, ``router``, ``experts_*``, ``logits``):
   ``2 m n k`` FLOPs; bytes read and written are the two operands and the result, each once.
   Megatron's split: QKV and the first FFN matrix split their columns over ``tp``, the output
-  projection and the second FFN matrix their rows; SwiGLU's gate and up matrices run as one GEMM.
+  projection and the second FFN matrix their rows; SwiGLU's gate and up matrices run as one GEMM
+  (eager: as the PyTorch models write them, ``wq``/``wk``/``wv`` and ``w1``/``w3`` separate GEMMs).
 - Attention: with ``flash_attention`` one fused kernel whose FLOPs are what FlashAttention executes
   under a causal mask: half of ``4 b S_q S h`` (the masked blocks are skipped), and whose bytes are
   Q, K, V and the output once. Without it, the score and context GEMMs compute the full ``S x S``
@@ -55,8 +56,10 @@ byte; the per-row statistics, ``T`` elements, are left out), forward / backward 
   in reverse: ``2e + 4f``. (HF's ``q * cos + rotate_half(q) * sin`` in 16 bits is ``12e``.)
 - Attention layout: ``repeat_kv`` materialises K and V at every query head when grouped
   (``expand(...).reshape``: read ``kv`` heads, write ``heads``), backward sums them back; the
-  attention kernel then reads the repeated K and V. The transposes into and out of SDPA are views
-  (the flash kernel takes strided inputs and returns the layout ``.contiguous()`` keeps).
+  attention kernel then reads the repeated K and V, and is SDPA's FlashAttention-2
+  (``kernel="flash2"``, which the roofline times by its measured share of peak). The transposes
+  into and out of SDPA are views (the flash kernel takes strided inputs and returns the layout
+  ``.contiguous()`` keeps).
   Without flash attention the core is ``matmul``, scale (2e), causal-mask add (2e), softmax in fp32
   (``e + f``), cast back (``f + e``), dropout (``2e + m``), ``matmul``; backward the same bytes.
 - SwiGLU (torchtitan's ``FeedForward``, HF's ``LlamaMLP``): ``w1`` and ``w3`` are two GEMMs (the
@@ -90,7 +93,7 @@ if TYPE_CHECKING:
     from parplan.model.graph import ModelGraph
 
 OpKind = Literal["gemm", "attention", "elementwise", "norm", "embedding", "loss"]
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "op", "full"]
 Kernels = Literal["fused", "eager"]
 
 FP32_BYTES = 4.0
@@ -263,12 +266,21 @@ def shape_of_generator(gen: TransformerGenerator, bytes_per_element: float = 2.0
     )
 
 
-def shape_of(model: ModelGraph) -> TransformerShape | None:
-    """The transformer a model graph was generated from; ``None`` when it is not a transformer."""
+def shape_of(model: ModelGraph, sequence_length: int | None = None) -> TransformerShape | None:
+    """The transformer a model graph was generated from; ``None`` when it is not a transformer.
+
+    ``sequence_length`` (a scenario's ``training.sequence_length``) overrides the model's: the
+    tokens a sample has are the training run's, not the context the model was built for (a Hugging
+    Face config's ``max_position_embeddings`` becomes the model's ``seq_len`` otherwise). A learned
+    position table keeps the model's rows.
+    """
     gen = model.spec.generator
     if not isinstance(gen, TransformerGenerator):
         return None
-    return replace(shape_of_generator(gen, model.spec.bytes_per_activation_element), name=model.name)
+    shape = replace(shape_of_generator(gen, model.spec.bytes_per_activation_element), name=model.name)
+    if sequence_length is not None and sequence_length != shape.sequence_length:
+        shape = replace(shape, sequence_length=sequence_length)
+    return shape
 
 
 def model_flops_per_token(shape: TransformerShape) -> float:
@@ -298,6 +310,8 @@ class Op:
     gemm_mnk: tuple[int, int, int] | None = None
     backward_flops_factor: float = 1.0
     backward_bytes_factor: float = 1.0
+    kernel: str | None = None
+    """The implementation when it sets the rate (``flash2``: PyTorch SDPA's FlashAttention-2)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, e: float, *, weight_copies: float = 1.0) -> Op:
@@ -433,6 +447,7 @@ def attention_ops(
                 gemm_mnk=(max(1, math.ceil(rows)), max(1, math.ceil(keys)), hd),
                 backward_flops_factor=BACKWARD_FLOPS["attention"],
                 backward_bytes_factor=BACKWARD_BYTES["attention"],
+                kernel="flash2" if kernels == "eager" else None,  # PyTorch's SDPA
             ),
         )
     scores = rows * s
@@ -549,10 +564,12 @@ def block_ops(
     seq_tokens = tokens / tp if sp else tokens  # norms, dropout and residuals under SP
     heads = shape.heads / tp
     kv = _kv_heads_local(shape, tp)
-    ops: list[Op] = [
-        _norm(shape, "attn_norm", seq_tokens, kernels),
-        _gemm("qkv", tokens, (heads + 2.0 * kv) * shape.head_dim, h, e),
-    ]
+    ops: list[Op] = [_norm(shape, "attn_norm", seq_tokens, kernels)]
+    if kernels == "eager":  # torchtitan's wq, wk, wv and Hugging Face's q/k/v_proj: three GEMMs
+        hd = shape.head_dim
+        ops += [_gemm(n, tokens, w * hd, h, e) for n, w in (("q", heads), ("k", kv), ("v", kv))]
+    else:
+        ops.append(_gemm("qkv", tokens, (heads + 2.0 * kv) * shape.head_dim, h, e))
     if shape.position == "rope":
         elements = tokens * (heads + kv) * shape.head_dim
         if kernels == "eager":
@@ -696,8 +713,15 @@ def block_activation_bytes(
     recompute: Recompute,
     flash_attention: bool,
     layer: int = 0,
+    kernels: Kernels = "fused",
+    ep: int = 1,
+    capacity_factor: float = 1.0,
 ) -> float:
     """Bytes block ``layer`` keeps for backward on one device, per micro-batch.
+
+    ``recompute="op"`` (torchtitan's per-op policy) keeps the block's input and the outputs the
+    policy saves from :func:`block_ops` (``kernels``, ``ep`` and ``capacity_factor`` say which ops
+    run; :mod:`parplan.model.checkpointing`). The other modes:
 
     Korthikanti et al. 2022, Table 2 (``s`` here is the local ``S / cp``):
 
@@ -719,6 +743,23 @@ def block_activation_bytes(
     b, t = microbatch, tp
     scale = shape.bytes_per_element / 2.0
     sbh = s * b * shape.hidden
+    if recompute == "op":
+        from parplan.model.checkpointing import op_policy_saved_bytes
+
+        ops = block_ops(
+            shape,
+            microbatch=microbatch,
+            tp=tp,
+            sp=sp,
+            cp=cp,
+            flash_attention=flash_attention,
+            ep=ep,
+            capacity_factor=capacity_factor,
+            layer=layer,
+            kernels=kernels,
+        )
+        e = shape.bytes_per_element
+        return op_policy_saved_bytes(ops, sbh * e / (t if sp else 1), e)
     if recompute == "full":
         return 2.0 * sbh * scale / (t if sp else 1)
     whole, split = _split_coefficients(shape, layer)

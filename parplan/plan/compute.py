@@ -25,6 +25,12 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   device), times the wave quantisation of 128 x 128 output tiles over the SMs once a GEMM has more
   tiles than SMs (the last wave runs partly empty). This path is separate from the whole-model
   ``efficiency`` above, which stays as it is for every other plan.
+- **Power cap** (:func:`tensor_clock_scale`): a device run under a ``power_limit_watts`` below its
+  datasheet ``tdp_watts`` runs its tensor-core kernels (GEMMs, attention) at
+  ``(limit / tdp) ** (1/3)`` of their rate; memory-bound kernels keep theirs.
+- **FlashAttention-2 on Hopper** (:data:`FLASH2_PEAK_SHARE`): an attention op marked
+  ``kernel="flash2"`` (PyTorch's SDPA, which eager plans run) reaches the share of the dense peak
+  the FlashAttention-3 paper measured for FlashAttention-2 on the architecture, where it knows one.
 - **Straggler jitter**: when ``training.straggler_jitter`` is ``j > 0`` every compute time of a
   device in a step is multiplied by one factor ``1 + j x u`` with ``u`` uniform in ``[-1, 1)``,
   drawn from a generator seeded by ``(seed, crc32(device name), step)``; so a device is slow or fast
@@ -74,6 +80,15 @@ DEFAULT_MATMUL_HALF_FLOPS = 2e9
 ATTENTION_EFFICIENCY = 0.8
 """A fused attention kernel's rate over a GEMM's of the same shape (FlashAttention-2 reaches about
 70% of an A100's peak forward where cuBLAS reaches 85%; FlashAttention-3 on H100 comes closer)."""
+
+FLASH2_PEAK_SHARE: dict[str, float] = {"hopper": 0.35}
+"""Share of the dense 16-bit peak FlashAttention-2's kernels reach, per architecture, where it differs
+from :data:`ATTENTION_EFFICIENCY` x a GEMM's. Hopper: "FlashAttention-2 ... achieving only 35%
+utilization on the H100 GPU" (Shah et al. 2024, FlashAttention-3, abstract): its kernels are written
+for Ampere's ``mma.sync``, which on H100 reaches about two thirds of the tensor cores' peak (the
+paper's section 2), where cuBLAS uses Hopper's ``wgmma``. PyTorch's ``scaled_dot_product_attention``
+runs FlashAttention-2 as its flash backend (PyTorch 2.2 release notes). On Ampere FlashAttention-2
+reaches 50-73% of peak (Dao 2023, abstract), about the default's 0.85 x 0.8 = 68%."""
 
 GEMM_TILE = 128
 """Output tile edge used for wave quantisation."""
@@ -206,6 +221,27 @@ def matmul_efficiency(device: DeviceInfo, m: int, n: int, k: int) -> float:
     return efficiency
 
 
+def tensor_clock_scale(device: DeviceInfo) -> float:
+    """The tensor-core rate of a power-capped device over its rate at the datasheet TDP.
+
+    A GPU's power management lowers its clock until the board's power is under the limit
+    (``nvidia-smi --power-limit``). Dynamic CMOS power is ``a C V^2 f`` (Hennessy and Patterson,
+    *Computer Architecture*, section 1.5) and DVFS lowers the voltage with the frequency, so a
+    compute-bound kernel's power goes as ``f^3`` and its clock (and tensor throughput) as
+    ``(limit / tdp) ** (1/3)``. The static and memory power that do not scale with the SM clock
+    are left out, so the slow-down is a lower bound. 1 without a limit below a known TDP.
+
+    >>> from parplan.topology.network import DeviceInfo
+    >>> d = DeviceInfo("g", 1e15, 0.5, 1.0, 8e10, None, None, tdp_watts=700.0, power_limit_watts=500.0)
+    >>> round(tensor_clock_scale(d), 3)
+    0.894
+    """
+    tdp, limit = device.tdp_watts, device.power_limit_watts
+    if tdp is None or limit is None or limit >= tdp:
+        return 1.0
+    return float((limit / tdp) ** (1.0 / 3.0))
+
+
 def _peak(device: DeviceInfo, dtype: str) -> float:
     peak = device.peak_for(dtype)
     if peak is None:
@@ -224,12 +260,15 @@ def op_seconds(device: DeviceInfo, op: Op, dtype: str, *, backward: bool = False
         return 0.0
     speed = device.speed_factor
     if op.kind in ("gemm", "attention"):
-        rate = _peak(device, dtype)
-        if op.gemm_mnk is not None:
+        rate = _peak(device, dtype) * tensor_clock_scale(device)
+        flash2 = FLASH2_PEAK_SHARE.get(device.arch or "") if op.kernel == "flash2" else None
+        if op.kind == "attention" and flash2 is not None:
+            rate *= flash2
+        elif op.gemm_mnk is not None:
             rate *= matmul_efficiency(device, *op.gemm_mnk)
         else:
             rate *= device.matmul_max_efficiency or DEFAULT_MATMUL_MAX_EFFICIENCY
-        if op.kind == "attention":
+        if op.kind == "attention" and flash2 is None:
             rate *= ATTENTION_EFFICIENCY
     else:
         rate = device.peak_for("fp32") or device.peak_flop_per_s

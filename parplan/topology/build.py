@@ -82,6 +82,9 @@ def _roofline(template: DeviceTemplate) -> dict[str, Any]:
         out["matmul_half_flops"] = float(template.matmul_efficiency.half_at_flops)
     if template.sm_count is not None:
         out["sm_count"] = template.sm_count
+    for watts in ("tdp_watts", "power_limit_watts"):
+        if getattr(template, watts) is not None:
+            out[watts] = float(getattr(template, watts))
     if template.device_type is not None:
         out["device_type"] = template.device_type
     return out

@@ -78,6 +78,10 @@ class DeviceInfo:
     """Streaming multiprocessors, for wave quantisation of GEMM tiles (None: not modelled)."""
     device_type: str | None = None
     """The catalog entry the device was described by (``H100-SXM``), if any."""
+    tdp_watts: float | None = None
+    """Board power the datasheet's peaks hold at (None: not known)."""
+    power_limit_watts: float | None = None
+    """A power cap the device runs under (None: its TDP)."""
 
     @property
     def effective_flop_per_s(self) -> float:
@@ -210,6 +214,8 @@ class Network:
             matmul_half_flops=d.get("matmul_half_flops"),
             sm_count=d.get("sm_count"),
             device_type=d.get("device_type"),
+            tdp_watts=d.get("tdp_watts"),
+            power_limit_watts=d.get("power_limit_watts"),
         )
 
     def groups(self) -> dict[str, list[str]]:

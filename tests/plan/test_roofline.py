@@ -165,6 +165,34 @@ def test_fused_attention_runs_below_a_gemm_of_its_shape() -> None:
     assert ratio == pytest.approx(1 / ATTENTION_EFFICIENCY)
 
 
+def test_flash2_attention_on_hopper_runs_at_its_measured_share_of_peak() -> None:
+    from parplan.plan.compute import FLASH2_PEAK_SHARE
+
+    attn = Op("a", "attention", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.5, 2.0, kernel="flash2")
+    h100 = device(type="H100-SXM")
+    seconds = op_seconds(h100, attn, "bf16") - KERNEL_LAUNCH_S
+    assert seconds == pytest.approx(attn.flops / (989.4e12 * FLASH2_PEAK_SHARE["hopper"]))
+    a100 = device(type="A100-80GB")  # no measured share for Ampere: the GEMM-relative default
+    plain = Op("a", "attention", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.5, 2.0)
+    assert op_seconds(a100, attn, "bf16") == op_seconds(a100, plain, "bf16")
+
+
+def test_a_power_limit_slows_tensor_kernels_by_the_cube_root_and_leaves_memory_bound_ones() -> None:
+    from parplan.plan.compute import tensor_clock_scale
+
+    full = device(type="H100-SXM")
+    capped = device(type="H100-SXM", power_limit_watts=500)
+    assert full.tdp_watts == 700 and tensor_clock_scale(full) == 1.0
+    assert tensor_clock_scale(capped) == pytest.approx((500 / 700) ** (1 / 3))
+    gemm = Op("g", "gemm", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.0, 2.0)
+    slow, fast = (op_seconds(d, gemm, "bf16") - KERNEL_LAUNCH_S for d in (capped, full))
+    ratio = slow / fast
+    assert ratio == pytest.approx((700 / 500) ** (1 / 3))
+    copy = Op("c", "elementwise", 0.0, 1e9)
+    assert op_seconds(capped, copy, "bf16") == op_seconds(full, copy, "bf16")
+    assert tensor_clock_scale(device(type="H100-SXM", power_limit_watts=800)) == 1.0
+
+
 def test_explicit_devices_take_a_type_and_the_schema_agrees() -> None:
     import jsonschema
 

@@ -29,7 +29,10 @@ backward; blocking. Megatron-Core requires sequence parallelism with TP in MoE m
 tokens a TP rank routes are then its group's (gathered by the sequence-parallel all-gather).
 
 **Full recomputation** redoes each block's forward, collectives included, before its backward;
-**selective** recomputation redoes the attention core, so only the CP ring runs again.
+**selective** recomputation redoes the attention core, so only the CP ring runs again; **op**
+(torchtitan's per-op policy) keeps the attention output and reduce-scatter results, so its
+recompute repeats the forward's TP all-reduces and all-gathers and the EP all-to-alls (the
+functional collectives its save list does not name), not the CP ring.
 """
 
 from __future__ import annotations
@@ -129,6 +132,12 @@ def layer_comm(strategy: ShardedStrategy, sizes: CommSizes, *, moe: bool, ep: in
         ]
     elif strategy.recompute == "selective":
         backward += _cp_ring(strategy, sizes.kv_step_bytes, "recompute cp kv")
+    elif strategy.recompute == "op":  # the attention output is saved; reduce-scatters are too
+        backward += [
+            CommCall(c.collective, c.size_bytes, c.axis, c.blocking, f"recompute {c.label}")
+            for c in forward
+            if c.axis != "cp" and c.collective != "reduce_scatter"
+        ]
     backward += _tp_pair(strategy, a, "mlp", forward=False)[:1]
     backward += _ep_pair(strategy, sizes.dispatch_bytes, forward=False) if moe_calls else []
     backward += _tp_pair(strategy, a, "mlp", forward=False)[1:]

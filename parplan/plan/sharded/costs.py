@@ -14,7 +14,13 @@ on chunk 0, the head (logits and loss) on chunk ``C - 1``.
 ``head_ops`` for this device's share (TP, SP, CP, EP split) timed by the roofline ``op_seconds``
 of the stage's device in the strategy's dtype; backward with ``backward=True``. Recomputation
 (Korthikanti et al. 2022): ``full`` redoes every block's forward before its backward; ``selective``
-redoes the attention core (the ``attention`` ops). The straggler jitter of other plans is not applied.
+redoes the attention core (the ``attention`` ops); ``op`` (torchtitan's per-op policy,
+:mod:`parplan.model.checkpointing`) redoes every op of the block but the fused attention and every
+other linear layer. The straggler jitter of other plans is not applied.
+
+**FSDP copies**: with ``fsdp`` each chunk's forward and backward also carry FSDP2's copies
+around its all-gathers and reduce-scatters (:func:`~parplan.plan.sharded.sync.fsdp_copy_bytes`),
+memory-bound kernels on the compute stream.
 
 **Communication**: :mod:`parplan.plan.sharded.comm` (TP/SP, CP ring, EP all-to-all per block) and
 :mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
@@ -34,9 +40,16 @@ from parplan.errors import PlanError
 from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
 from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
 from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
-from parplan.plan.sharded.sync import UnitParams, optimizer_params, stage_sync
+from parplan.plan.sharded.sync import (
+    UnitParams,
+    fsdp_copy_bytes,
+    gathered_param_bytes,
+    optimizer_params,
+    stage_sync,
+)
 
 if TYPE_CHECKING:
+    from parplan.config.model import ModelSpec
     from parplan.model.transformer import Op, TransformerShape
     from parplan.plan.base import PlanContext
     from parplan.topology.network import DeviceInfo
@@ -108,10 +121,11 @@ class ShardedLayout:
 
 
 def transformer_shape(ctx: PlanContext) -> TransformerShape:
-    """The scenario model's transformer shape, or a :class:`PlanError` for another model."""
+    """The scenario model's transformer shape (its sequence the scenario's
+    ``training.sequence_length`` when given), or a :class:`PlanError` for another model."""
     from parplan.model.transformer import shape_of
 
-    shape = shape_of(ctx.model)
+    shape = shape_of(ctx.model, ctx.training.sequence_length)
     if shape is None:
         raise PlanError(
             f"a sharded plan needs a transformer model; {ctx.model.name!r} is not one "
@@ -162,7 +176,13 @@ class _Roofline:
         core = [op for op in ops if op.kind == "attention"]
         attention = sum(op_seconds(self.device, op, dtype) for op in core)
         attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
-        recompute = {"none": 0.0, "selective": attention, "full": fwd}[self.strategy.recompute]
+        mode = self.strategy.recompute
+        if mode == "op":
+            from parplan.model.checkpointing import recomputed_ops
+
+            recompute = sum(op_seconds(self.device, op, dtype) for op in recomputed_ops(ops))
+        else:
+            recompute = {"none": 0.0, "selective": attention, "full": fwd}[mode]
         return fwd, bwd, recompute, attention, attention_bwd
 
     def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float, float]:
@@ -297,6 +317,21 @@ def _chunk(
     return work, units
 
 
+def _with_fsdp_copies(
+    work: ChunkWork, strategy: ShardedStrategy, units: list[UnitParams], spec: ModelSpec, info: DeviceInfo
+) -> ChunkWork:
+    """The chunk with FSDP2's copies around its collectives (:func:`~parplan.plan.sharded.sync.
+    fsdp_copy_bytes`) on its compute stream, memory bound."""
+    from parplan.plan.compute import MEMORY_EFFICIENCY
+
+    param_bytes = gathered_param_bytes(spec.bytes_per_param, strategy.dtype)
+    fwd, bwd = fsdp_copy_bytes(strategy, units, param_bytes, spec.bytes_per_grad)
+    if fwd <= 0.0 and bwd <= 0.0:
+        return work
+    rate = memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY
+    return replace(work, forward_s=work.forward_s + fwd / rate, backward_s=work.backward_s + bwd / rate)
+
+
 def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None = None) -> ShardedLayout:
     """The mesh and the per-stage costs of ``strategy`` on the scenario (module docstring);
     :class:`PlanError` for a plan that does not fit the model, the cluster or the batch. ``mesh``:
@@ -323,7 +358,7 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         for vc in range(v):
             c = vc * pp + s
             work, chunk_units = _chunk(ctx, (strategy, shape, mesh), roof, c, starts[c], counts[c])
-            row.append(work)
+            row.append(_with_fsdp_copies(work, strategy, chunk_units, spec, info))
             units += chunk_units
         chunks.append(tuple(row))
         stage_units.append(tuple(units))
@@ -360,7 +395,7 @@ def _sync_fields(
             strategy,
             units,
             grad_bytes=spec.bytes_per_grad,
-            param_bytes=spec.bytes_per_param,
+            param_bytes=gathered_param_bytes(spec.bytes_per_param, strategy.dtype),
             shard_group=mesh.sizes["dp_shard"],
             data_ranks=data_ranks,
             expert_ranks=expert_ranks,

@@ -16,12 +16,14 @@
   ``min(m v, 2 (pp - stage - 1) + (v - 1) pp + 1)`` model chunks of the stage, which on the first
   stage is ``pp v (1 + (pp - 1) / (pp v))`` chunks: Korthikanti's ``L / pp x pp x (1 + (pp - 1) /
   (pp v))`` layers. Full recomputation adds one block's whole activations (the block being
-  rematerialised for its backward). The first stage adds the embedding's dropout mask (``s b h /
-  cp`` bytes, over TP with SP) per micro-batch in flight; the last stage adds the final norm's
-  input and, for one micro-batch (the loss's backward follows its forward), the logits and the
-  loss's fp32 softmax (:data:`LOGIT_BYTES` per logit, ``s b V / (cp tp)`` logits). Megatron's
-  ``selective`` recomputes the attention core only; torchtitan's op-level selective AC recomputes
-  more (every other matmul), so it holds less than this module says for ``selective``.
+  rematerialised for its backward); torchtitan's per-op policy (``op``) the block's input and the
+  outputs it saves per block, plus once the rest of one block's (recomputed for its backward). With
+  dropout the first stage adds the embedding's dropout mask (``s b h / cp`` bytes, over TP with SP)
+  per micro-batch in flight; the last stage adds the final norm's input and, for one micro-batch
+  (the loss's backward follows its forward), the logits and the loss's fp32 softmax
+  (:data:`LOGIT_BYTES` per logit, ``s b V / (cp tp)`` logits; :data:`EAGER_LOGIT_BYTES` with eager
+  kernels). Megatron's
+  ``selective`` recomputes the attention core only; torchtitan's op-level selective AC is ``op``.
 - **Buffers**: pipeline send and receive buffers (two micro-batch activations each way); with SP
   one all-gathered activation; ZeRO-0/1/2 two gradient buckets (one reducing, one filling);
   ZeRO-3/FSDP the gathered weights of two units (the one running and the one prefetched) and
@@ -46,6 +48,12 @@ if TYPE_CHECKING:
 LOGIT_BYTES = 6.0
 """Bytes per logit at the loss: the bf16 logits and the fp32 softmax Megatron's vocabulary-parallel
 cross-entropy keeps for backward (its gradient is written in place)."""
+
+EAGER_LOGIT_BYTES = 12.0
+"""Bytes per logit at the eager loss's peak, the start of its backward: torchtitan and Hugging Face
+compute ``cross_entropy(logits.float(), labels)``, whose ``log_softmax`` keeps its fp32 output;
+``nll_loss``'s backward writes a zero-filled fp32 gradient and ``log_softmax``'s backward a third
+fp32 tensor while both are alive (torchtitan frees the bf16 logits, ``del pred``, before backward)."""
 
 FRAGMENTATION_FRACTION = 0.10
 """Allocator fragmentation, as a fraction of the per-step (activation and buffer) memory."""
@@ -121,6 +129,9 @@ def _activations(layout: ShardedLayout, stage: int) -> float:
                 recompute=recompute,  # type: ignore[arg-type]
                 flash_attention=strategy.flash_attention,
                 layer=i,
+                kernels=strategy.kernels,
+                ep=layout.mesh.ep,
+                capacity_factor=strategy.capacity_factor,
             )
         )
 
@@ -134,15 +145,18 @@ def _activations(layout: ShardedLayout, stage: int) -> float:
                 kinds[moe] = per_layer(i, strategy.recompute)
                 if strategy.recompute == "full":  # one block rematerialised for its backward
                     working = max(working, per_layer(i, "none"))
+                elif strategy.recompute == "op":  # the recomputed rest of one block
+                    working = max(working, per_layer(i, "none") - kinds[moe])
             layers += kinds[moe]
     total = layers * held + working
     tokens = b * shape.sequence_length / cp
     sp_split = tp if strategy.sequence_parallel else 1
-    if stage == 0:
+    if stage == 0 and shape.dropout:
         total += tokens * shape.hidden / sp_split * held  # embedding dropout mask, 1 byte per element
     if stage == pp - 1:
         total += tokens * shape.hidden * shape.bytes_per_element / sp_split  # final norm input
-        total += LOGIT_BYTES * tokens * shape.vocabulary / tp  # logits and the loss's softmax
+        per_logit = EAGER_LOGIT_BYTES if strategy.kernels == "eager" else LOGIT_BYTES
+        total += per_logit * tokens * shape.vocabulary / tp  # logits and the loss's softmax
     return total
 
 

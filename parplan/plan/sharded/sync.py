@@ -3,9 +3,10 @@ parameter gathers, the tied-embedding all-reduce, and the optimizer's share of t
 
 Gradients of dense parameters are reduced over ``dp_cp`` (the data and context ranks: CP ranks hold
 the same weights), expert parameters over ``edp`` (the data ranks holding the same experts).
-Bytes per element: ``bytes_per_grad`` for gradients, ``bytes_per_param`` for parameters (the
-model spec's; Megatron under bf16 reduces gradients in fp32: a model spec with
-``bytes_per_grad: 4`` says so).
+Bytes per element: ``bytes_per_grad`` for gradients (the model spec's; Megatron under bf16 and
+torchtitan's FSDP2, whose ``MixedPrecisionPolicy`` has ``reduce_dtype=float32``, reduce gradients
+in fp32: a model spec with ``bytes_per_grad: 4`` says so); parameters are gathered in the compute
+dtype (:func:`gathered_param_bytes`), whatever precision the sharded copy is kept in.
 
 - **ZeRO 0** (plain DDP / Megatron DDP): gradients all-reduced in buckets of
   ``aggregation.bucket_size`` filled in backward order; once per step, overlapped with the last
@@ -53,6 +54,42 @@ class StageSync:
     param_gather: tuple[CommCall, ...]
     grad_sync: tuple[CommCall, ...]
     param_sync: tuple[CommCall, ...]
+
+
+GATHERED_BYTES: dict[str, float] = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 2.0}
+"""Bytes per parameter of the copy a plan of each dtype gathers: FSDP2 casts its fp32 shard to the
+``param_dtype`` before the all-gather (its copy-in); ZeRO-3 and Megatron's distributed optimizer
+gather the 16-bit weights; fp8 training keeps 16-bit weights and casts inside the GEMMs."""
+
+
+def gathered_param_bytes(bytes_per_param: float, dtype: str) -> float:
+    """Bytes per parameter on the wire of a parameter all-gather: the compute dtype's copy, never
+    more than the kept copy (``bytes_per_param``).
+
+    >>> [gathered_param_bytes(kept, dtype) for kept, dtype in ((4.0, "bf16"), (2.0, "bf16"), (4.0, "fp32"))]
+    [2.0, 2.0, 4.0]
+    """
+    return min(bytes_per_param, GATHERED_BYTES[dtype])
+
+
+def fsdp_copy_bytes(
+    strategy: ShardedStrategy, units: Sequence[UnitParams], param_bytes: float, grad_bytes: float
+) -> tuple[float, float]:
+    """(forward, backward) bytes FSDP2's copies move around its collectives for ``units``, one
+    micro-batch (``torch/distributed/_composable/fsdp/_fsdp_collectives.py``): after each
+    all-gather, ``foreach_all_gather_copy_out`` splits the gathered buffer into the unsharded
+    parameters (``split_with_sizes_copy``: read and write ``param_bytes`` a parameter), before the
+    backward again when parameters are resharded after forward; before each reduce-scatter,
+    ``foreach_reduce`` packs the unsharded gradients (compute dtype) into the reduce-scatter input in
+    the reduce dtype (``_chunk_cat``: read ``param_bytes``, write ``grad_bytes``). The shard-sized
+    copies (the all-gather input, the reduced shard) are ``1 / shards`` of these and left out.
+    Zero without FSDP (ZeRO-3 here is DeepSpeed's, whose copies are not modelled)."""
+    if strategy.fsdp == "none":
+        return 0.0, 0.0
+    params = sum(u.dense + u.expert for u in units)
+    gather = 2.0 * param_bytes * params
+    again = gather if strategy.fsdp != "shard_grad_op" else 0.0
+    return gather, again + (param_bytes + grad_bytes) * params
 
 
 def fully_sharded(strategy: ShardedStrategy) -> bool:

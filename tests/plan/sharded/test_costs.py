@@ -160,3 +160,64 @@ def test_the_kernels_field_round_trips_and_reaches_the_ops() -> None:
     fused = layout_plan(ctx, sharded(tp=2)).chunks[0][0]
     eager = layout_plan(ctx, sharded(tp=2, kernels="eager")).chunks[0][0]
     assert eager.forward_s > fused.forward_s and eager.backward_s > fused.backward_s
+
+
+def test_training_sequence_length_overrides_the_models() -> None:
+    from dataclasses import replace
+
+    from parplan.config.scenario import TrainingSpec
+
+    model = gpt(layers=2, seq=4096)
+    ctx = context(model)
+    short = replace(ctx, training=TrainingSpec(global_batch_size=16, sequence_length=1024))
+    layout = layout_plan(short, sharded())
+    assert layout.shape.sequence_length == 1024
+    same = layout_plan(context(gpt(layers=2, seq=1024)), sharded())
+    assert layout.chunks[0][0].forward_s == pytest.approx(same.chunks[0][0].forward_s)
+    assert layout_plan(ctx, sharded()).shape.sequence_length == 4096
+
+
+def test_op_recompute_costs_more_than_selective_and_less_than_full() -> None:
+    ctx = context(gpt(layers=4, seq=2048, activation="swiglu", dropout=False))
+    times = {
+        mode: layout_plan(ctx, sharded(recompute=mode, kernels="eager")).chunks[0][0].recompute_s
+        for mode in ("none", "selective", "op", "full")
+    }
+    assert times["none"] == 0.0 < times["selective"] < times["op"] < times["full"]
+
+
+def test_op_recompute_repeats_tp_all_reduces_not_the_cp_ring() -> None:
+    calls = layout_plan(context(), sharded(tp=2, cp=2, recompute="op")).chunks[0][0].layer_comm[0].backward
+    again = [c.label for c in calls if c.label.startswith("recompute")]
+    assert again and all("cp" not in label for label in again)
+    assert any("tp" in label for label in again)
+
+
+def test_fsdp_gathers_the_compute_dtype_and_reduces_in_the_gradient_dtype() -> None:
+    """torchtitan's FSDP2: fp32 shards gathered in bf16, gradients reduce-scattered in fp32."""
+    from parplan.config.model import ModelSpec
+
+    base = gpt(layers=2)
+    fields = {"bytes_per_param": 4, "bytes_per_grad": 4, "optimizer_bytes_per_param": 8}
+    fp32_master = ModelSpec.model_validate({**base.model_dump(by_alias=True), **fields})
+    plain = layout_plan(context(base), sharded(fsdp="full_shard"))
+    titan = layout_plan(context(fp32_master), sharded(fsdp="full_shard"))
+    for a, b in zip(plain.param_gather[0], titan.param_gather[0], strict=True):
+        assert a.size_bytes == b.size_bytes
+    for a, b in zip(plain.grad_sync[0], titan.grad_sync[0], strict=True):
+        assert b.size_bytes == 2 * a.size_bytes
+
+
+def test_fsdp_adds_its_copy_kernels_to_the_compute_stream() -> None:
+    """FSDP2 copies each gathered unit out (read + write, forward and again in backward) and packs
+    its gradients for the reduce-scatter (read bf16, write the gradient dtype)."""
+    from parplan.plan.compute import MEMORY_EFFICIENCY, memory_bandwidth_Bps
+
+    ctx = context(gpt(layers=2))
+    zero3 = layout_plan(ctx, sharded(zero=3))
+    fsdp = layout_plan(ctx, sharded(fsdp="full_shard"))
+    params = zero3.stage_params(0)
+    rate = memory_bandwidth_Bps(ctx.network.device(fsdp.mesh.device({"pp": 0}))) * MEMORY_EFFICIENCY
+    a, b = zero3.chunks[0][0], fsdp.chunks[0][0]
+    assert b.forward_s - a.forward_s == pytest.approx(4.0 * params / rate)
+    assert b.backward_s - a.backward_s == pytest.approx((4.0 + 4.0) * params / rate)
