@@ -14,7 +14,8 @@ from parplan.cli.app import app
 from parplan.report.humanize import size as human_size
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTERS = sorted((ROOT / "sample_configs" / "clusters").iterdir())
+CLUSTERS = sorted(p for p in (ROOT / "sample_configs" / "clusters").iterdir() if p.is_file())
+"""Every sample cluster file (not clusters/large/: a 5,128-GPU sweep of every algorithm takes minutes)."""
 SWITCH = str(ROOT / "sample_configs" / "clusters" / "switch-4hosts.yaml")
 runner = CliRunner()
 
