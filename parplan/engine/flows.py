@@ -143,15 +143,21 @@ class Flows:
             self._book(tasks, rids, np.full(len(tasks), now))
             return
         sizes = self.size_bytes.take(tasks)
-        zero = sizes <= 0
-        if np.count_nonzero(zero):
-            self.kernel.push(now, ARRIVE, tasks[zero])
-            keep = ~zero
-            tasks, rids, sizes = tasks[keep], rids[keep], sizes[keep]
-            if not len(tasks):
+        if len(tasks) == 1:  # the usual batch here: scalar checks and booking
+            if sizes[0] <= 0:
+                self.kernel.push(now, ARRIVE, tasks)
                 return
+            self.rec.route_bytes[rids[0]] += sizes[0]
+        else:
+            zero = sizes <= 0
+            if np.count_nonzero(zero):
+                self.kernel.push(now, ARRIVE, tasks[zero])
+                keep = ~zero
+                tasks, rids, sizes = tasks[keep], rids[keep], sizes[keep]
+                if not len(tasks):
+                    return
+            np.add.at(self.rec.route_bytes, rids, sizes)
         # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
-        np.add.at(self.rec.route_bytes, rids, sizes)
         slots = self._take_slots(len(tasks))
         self.s_task[slots] = tasks
         self.s_rid[slots] = rids
