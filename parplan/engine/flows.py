@@ -115,6 +115,13 @@ class Flows:
             # another on a channel, _book switches to the shared regime.
             self._book(tasks, rids, now + lat)
             return
+        if len(lat) == 1:  # one transfer (the usual batch of the shared regime)
+            latency = float(lat[0])
+            if latency == 0.0:
+                self._activate(tasks, rids)
+            else:
+                self.kernel.push(now + latency, START, (tasks, rids))
+            return
         lo, hi = min_max(lat)
         if lo == hi:
             if lo == 0.0:
@@ -143,20 +150,33 @@ class Flows:
             self._book(tasks, rids, np.full(len(tasks), now))
             return
         sizes = self.size_bytes.take(tasks)
-        zero = sizes <= 0
-        if np.count_nonzero(zero):
-            self.kernel.push(now, ARRIVE, tasks[zero])
-            keep = ~zero
-            tasks, rids, sizes = tasks[keep], rids[keep], sizes[keep]
-            if not len(tasks):
+        if len(tasks) == 1:  # the usual batch here: scalar checks and booking
+            if sizes[0] <= 0:
+                self.kernel.push(now, ARRIVE, tasks)
                 return
+            self.rec.route_bytes[rids[0]] += sizes[0]
+        else:
+            zero = sizes <= 0
+            if np.count_nonzero(zero):
+                self.kernel.push(now, ARRIVE, tasks[zero])
+                keep = ~zero
+                tasks, rids, sizes = tasks[keep], rids[keep], sizes[keep]
+                if not len(tasks):
+                    return
+            np.add.at(self.rec.route_bytes, rids, sizes)
         # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
-        np.add.at(self.rec.route_bytes, rids, sizes)
         slots = self._take_slots(len(tasks))
-        self.s_task[slots] = tasks
-        self.s_rid[slots] = rids
-        self.s_start[slots] = now
-        self.s_rem[slots] = sizes
+        if len(slots) == 1:
+            i = int(slots[0])
+            self.s_task[i] = tasks[0]
+            self.s_rid[i] = rids[0]
+            self.s_start[i] = now
+            self.s_rem[i] = sizes[0]
+        else:
+            self.s_task[slots] = tasks
+            self.s_rid[slots] = rids
+            self.s_start[slots] = now
+            self.s_rem[slots] = sizes
         self.dirty = True
 
     def _book(self, tasks: IntArray, rids: IntArray, starts: FloatArray) -> None:
@@ -282,6 +302,15 @@ class Flows:
 
     # -- slots -------------------------------------------------------------------------------
     def _release(self, slots: IntArray) -> None:
+        if len(slots) == 1:  # scalar writes beat five fancy-index scatters
+            i = int(slots[0])
+            self.s_task[i] = -1
+            self.s_rate[i] = 0.0
+            self.s_rem[i] = 0.0
+            self.s_finish[i] = math.inf
+            self.free_slots[self.n_free] = i
+            self.n_free += 1
+            return
         self.s_task[slots] = -1
         self.s_rate[slots] = 0.0
         self.s_rem[slots] = 0.0

@@ -82,6 +82,9 @@ class Kernel:
 
     def push_grouped(self, times: FloatArray, ids: IntArray, kind: int) -> None:
         """One event per distinct time in ``times``, each holding its ``ids`` in increasing order."""
+        if len(times) == 1:
+            self.push(float(times[0]), kind, ids)
+            return
         lo, hi = min_max(times)
         if lo == hi:
             self.push(float(times[0]), kind, ids)

@@ -81,6 +81,12 @@ class RouteTable:
     def ids(self, src: IdArray, dst: IdArray, lane: LaneArray | None = None) -> IntArray:
         """Route ids for graph device pairs (on ``lane``: None or 0 is the plain route), asking the
         network for routes not seen before."""
+        if len(src) == 1 and len(self._table) and (lane is None or not lane[0]):
+            # One transfer (the shared regime's usual batch): scalar lookups, no numpy temporaries.
+            key = int(self.net_dev[src[0]]) * self.num_net_dev + int(self.net_dev[dst[0]])
+            rid = int(self._table[key]) - 1
+            if rid >= 0:
+                return np.array([rid], dtype=np.int64)
         keys = self.net_dev[src] * self.num_net_dev + self.net_dev[dst]
         rids = self._lookup(keys)
         if rids is None:

@@ -205,7 +205,7 @@ class _Engine:
         src = self.tasks.device[tasks]
         dst = self.tasks.dst[tasks]
         same = src == dst
-        if np.count_nonzero(same):
+        if bool(same[0]) if len(same) == 1 else np.count_nonzero(same):
             self.kernel.push(self.kernel.now, ARRIVE, tasks[same])
             keep = ~same
             tasks, src, dst = tasks[keep], src[keep], dst[keep]
@@ -222,12 +222,12 @@ class _Engine:
         red = self.tasks.reduce[tasks]
         num_red = np.count_nonzero(red)
         if not num_red:
-            self._complete(np.sort(tasks))
+            self._complete(tasks if len(tasks) == 1 else np.sort(tasks))
             return
         if num_red < len(red):
             self._complete(np.sort(tasks[~red]))
             tasks = tasks[red]
-        self.reduction.submit(np.sort(tasks))
+        self.reduction.submit(tasks if len(tasks) == 1 else np.sort(tasks))
 
     def _compute_done(self, task: int) -> None:
         """Priority mode: a compute task ends; its stream starts the next (after its successors

@@ -53,6 +53,23 @@ def test_dense_and_sparse_lookups_agree(pairs: list[tuple[int, int]]) -> None:
         assert sparse.latency_s[rid] == latency
 
 
+@settings(max_examples=25, deadline=None)
+@given(pairs=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 11)).filter(lambda p: p[0] != p[1])))
+def test_one_pair_at_a_time_gives_the_batch_ids(pairs: list[tuple[int, int]]) -> None:
+    """The scalar path for one-transfer batches finds the ids (and routes them in the order) a
+    whole batch does."""
+    net = leaf_spine_network(12, 4, 2)
+    batch, single = RouteTable(net, net.devices), RouteTable(net, net.devices)
+    for s, d in pairs:
+        batch.ids(np.array([s, s]), np.array([d, d]))  # two at once: the array path
+        assert single.ids(np.array([s]), np.array([d])).dtype == np.int64
+    np.testing.assert_array_equal(single.channels, batch.channels)
+    src = np.array([p[0] for p in pairs], dtype=np.int64)
+    dst = np.array([p[1] for p in pairs], dtype=np.int64)
+    one = [int(single.ids(src[i : i + 1], dst[i : i + 1])[0]) for i in range(len(pairs))]
+    assert one == batch.ids(src, dst).tolist()
+
+
 def test_graph_devices_map_onto_network_devices() -> None:
     net = chain_network([1 * GB, 2 * GB], [0.0, 0.0])
     routes = RouteTable(net, ("d2", "d0"))  # graph device 0 is the network's d2
