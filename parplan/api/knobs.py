@@ -77,7 +77,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": schedule_names(),
     "batch_split": ("round_robin", "by_speed"),
     "reduce": ("mean", "sum", "weighted_by_samples"),
-    "recompute": ("none", "selective", "full"),
+    "recompute": ("none", "selective", "op", "full"),
     "zero": ("0", "1", "2", "3"),
     "fsdp": ("none", "full_shard", "shard_grad_op", "hybrid_shard"),
 }

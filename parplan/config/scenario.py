@@ -19,6 +19,9 @@ from parplan.config.search import SearchSpec
 from parplan.config.strategy import StrategySpec
 from parplan.spec import Spec
 
+_SEARCH_ONLY = object()
+"""What ``plans`` holds while a scenario with a ``search:`` block and no plans validates."""
+
 
 class TrainingSpec(Spec):
     """What one training step means for this scenario."""
@@ -70,16 +73,24 @@ class ScenarioSpec(Spec):
     @model_validator(mode="before")
     @classmethod
     def _plans_optional_with_search(cls, data: Any) -> Any:
-        """A scenario with a ``search:`` block may leave ``plans`` out: the search finds them."""
-        if isinstance(data, dict) and data.get("search") is not None and "plans" not in data:
-            return {**data, "plans": ()}
+        """A scenario with a ``search:`` block may leave ``plans`` out (or empty): the search finds
+        them. Marked, so a bad block gets its own message, not also one about missing plans."""
+        if isinstance(data, dict) and data.get("search") is not None and not data.get("plans"):
+            return {**data, "plans": _SEARCH_ONLY}
         return data
+
+    @field_validator("plans", mode="before")
+    @classmethod
+    def _some_plans(cls, plans: Any) -> Any:
+        if plans is _SEARCH_ONLY:
+            return ()
+        if isinstance(plans, list | tuple) and not plans:
+            raise ValueError("give at least one plan (or a search: block for `parplan search`)")
+        return plans
 
     @field_validator("plans")
     @classmethod
-    def _unique_names(cls, plans: tuple[PlanSpec, ...], info: ValidationInfo) -> tuple[PlanSpec, ...]:
-        if not plans and info.data.get("search") is None:
-            raise ValueError("give at least one plan (or a search: block for `parplan search`)")
+    def _unique_names(cls, plans: tuple[PlanSpec, ...]) -> tuple[PlanSpec, ...]:
         names = [p.name for p in plans]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

@@ -19,7 +19,7 @@ from parplan.spec import Spec
 DEFAULT_LIMIT = 10_000_000
 """Candidates a search enumerates before it asks for ``limit`` (or ``--limit``) to be raised."""
 
-Recompute = Literal["none", "selective", "full"]
+Recompute = Literal["none", "selective", "op", "full"]
 FsdpMode = Literal["none", "full_shard", "shard_grad_op", "hybrid_shard"]
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 
@@ -59,7 +59,7 @@ class SearchSpec(Spec):
     zero: tuple[Literal[0, 1, 2, 3], ...] = Field(default=(0, 1), description="ZeRO stages")
     fsdp: tuple[FsdpMode, ...] = Field(default=("none", "full_shard"), description="FSDP modes")
     recompute: tuple[Recompute, ...] = Field(
-        default=("none", "selective", "full"), description="activation recomputation modes"
+        default=("none", "selective", "op", "full"), description="activation recomputation modes"
     )
     sequence_parallel: tuple[bool, ...] = Field(
         default=(False, True), description="sequence parallelism (with tp > 1 only)"

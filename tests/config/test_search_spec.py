@@ -22,7 +22,7 @@ def test_defaults_and_normalised_values() -> None:
     assert [a.name for a in spec.algorithms] == ["ring", "tree"]
     assert spec.bucket_sizes_bytes == (25 * 2**20,)
     assert spec.limit == DEFAULT_LIMIT
-    assert spec.recompute == ("none", "selective", "full")
+    assert spec.recompute == ("none", "selective", "op", "full")
 
 
 @pytest.mark.parametrize(
@@ -65,3 +65,15 @@ def test_without_search_plans_are_required(tmp_path: Path) -> None:
         load_any(_scenario(tmp_path, ""), "scenario")
     with pytest.raises(ConfigError, match=r"s.yaml:4:\d+ plans: give at least one plan"):
         load_any(_scenario(tmp_path, "plans: []\n"), "scenario")
+
+
+def test_a_bad_search_block_gets_one_message(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_any(_scenario(tmp_path, "search: {tp: []}\n"), "scenario")
+    assert "tp is empty" in str(caught.value)
+    assert "plans" not in str(caught.value)
+
+
+def test_empty_plans_with_a_search_block_are_allowed(tmp_path: Path) -> None:
+    _, spec = load_any(_scenario(tmp_path, "search: {tp: [4]}\nplans: []\n"), "scenario")
+    assert spec.plans == ()

@@ -42,10 +42,10 @@ if TYPE_CHECKING:
 FSDP_MODES: tuple[str, ...] = ("none", "full_shard", "shard_grad_op", "hybrid_shard")
 """FSDP modes in the order of :attr:`CandidateTable.fsdp`'s indexes."""
 
-RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "full")
+RECOMPUTE_MODES: tuple[str, ...] = ("none", "selective", "op", "full")
 """Recomputation modes in the order of :attr:`CandidateTable.recompute`'s indexes."""
 
-_RECOMPUTE_SHORT = {"none": "", "selective": "sel", "full": "full"}
+_RECOMPUTE_SHORT = {"none": "", "selective": "sel", "op": "opac", "full": "full"}
 _FSDP_SHORT = {"none": "", "full_shard": "fsdp", "shard_grad_op": "sgo", "hybrid_shard": "hsdp"}
 DEFAULT_MICROBATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8)
 """Micro-batch sizes a search tries when the spec leaves them out."""

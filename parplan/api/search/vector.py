@@ -61,7 +61,16 @@ BOUND_NAMES: tuple[str, ...] = (
 _DP_AXES = ("dp", "dp_cp", "edp", "dp_replicate")
 """The axes whose all-reduces run the search's algorithm (the clock's rule)."""
 _STRUCTURE = ("devices", "dp", "tp", "pp", "cp", "ep", "virtual_stages")
-_MICRO = ("microbatch_size", "sequence_parallel", "recompute")
+_MICRO = ("microbatch_size", "sequence_parallel", "recompute", "fsdp")
+_COPIES_AS = {
+    "none": "none",
+    "full_shard": "full_shard",
+    "hybrid_shard": "full_shard",
+    "shard_grad_op": "shard_grad_op",
+}
+"""The FSDP mode a micro-batch key is laid out with: its chunks carry FSDP2's copies
+(:func:`~parplan.plan.sharded.sync.fsdp_copy_bytes`), which hybrid sharding makes as full sharding
+does; the mesh stays the structure's."""
 _SYNC = ("zero", "fsdp", "algorithm", "bucket")
 
 
@@ -231,10 +240,13 @@ class _Evaluator:
         sub = self.table.take(rows)
         k_first, k_index = _keys(sub, _MICRO)
         y_first, y_index = _keys(sub, _SYNC)
-        # micro-batch keys laid out without ZeRO/FSDP on one mesh; sync keys re-laid on the first
-        strategies = [
-            sub.strategy(int(r), self.search).model_copy(update={"zero": 0, "fsdp": "none"}) for r in k_first
-        ]
+        # micro-batch keys laid out without ZeRO (FSDP only for its copies) on one mesh; sync keys
+        # re-laid on the first
+        strategies = []
+        for r in k_first:
+            row_strategy = sub.strategy(int(r), self.search)
+            update = {"zero": 0, "fsdp": _COPIES_AS[row_strategy.fsdp]}
+            strategies.append(row_strategy.model_copy(update=update))
         mesh = build_mesh(strategies[0], self.ctx.network)
         layouts = [layout_plan(self.ctx, strategy, mesh) for strategy in strategies]
         micros = [_micro(self.ctx, layout, self.times) for layout in layouts]

@@ -93,7 +93,9 @@ class ShardedLayout:
     ``per_microbatch_sync``: the gathers and ``grad_sync`` run every micro-batch (ZeRO-3, FSDP),
     not once per step. ``embedding_sync`` is the tied-embedding all-reduce between first and last
     stage (``None`` without tied embeddings or a pipeline); ``units`` the sharding units each stage
-    holds (what the data-parallel fields are built from)."""
+    holds (what the data-parallel fields are built from); ``bare_chunks`` and ``chunk_units`` the
+    chunks before FSDP's copies and the units of each, from which a re-layout adds another
+    strategy's copies."""
 
     strategy: ShardedStrategy
     mesh: Mesh
@@ -109,6 +111,8 @@ class ShardedLayout:
     param_gather_backward: bool = False
     per_microbatch_sync: bool = False
     units: tuple[tuple[UnitParams, ...], ...] = ()
+    bare_chunks: tuple[tuple[ChunkWork, ...], ...] = ()  # ``chunks`` before FSDP's copies
+    chunk_units: tuple[tuple[tuple[UnitParams, ...], ...], ...] = ()  # per stage, per chunk
 
     @property
     def virtual_stages(self) -> int:
@@ -318,7 +322,7 @@ def _chunk(
 
 
 def _with_fsdp_copies(
-    work: ChunkWork, strategy: ShardedStrategy, units: list[UnitParams], spec: ModelSpec, info: DeviceInfo
+    work: ChunkWork, strategy: ShardedStrategy, units: Sequence[UnitParams], spec: ModelSpec, info: DeviceInfo
 ) -> ChunkWork:
     """The chunk with FSDP2's copies around its collectives (:func:`~parplan.plan.sharded.sync.
     fsdp_copy_bytes`) on its compute stream, memory bound."""
@@ -344,7 +348,8 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
     counts = split_layers(shape.layers, pp * v)
     starts = [sum(counts[:c]) for c in range(pp * v)]
     spec = ctx.model_spec
-    chunks: list[tuple[ChunkWork, ...]] = []
+    bare: list[tuple[ChunkWork, ...]] = []
+    per_chunk: list[tuple[tuple[UnitParams, ...], ...]] = []
     stage_units: list[tuple[UnitParams, ...]] = []
     roofs: dict[DeviceInfo, _Roofline] = {}
     for s in range(pp):
@@ -354,14 +359,15 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         if roof is None:
             roof = roofs[kind] = _Roofline(ctx, strategy, shape, info)
         row: list[ChunkWork] = []
-        units: list[UnitParams] = []
+        row_units: list[tuple[UnitParams, ...]] = []
         for vc in range(v):
             c = vc * pp + s
             work, chunk_units = _chunk(ctx, (strategy, shape, mesh), roof, c, starts[c], counts[c])
-            row.append(_with_fsdp_copies(work, strategy, chunk_units, spec, info))
-            units += chunk_units
-        chunks.append(tuple(row))
-        stage_units.append(tuple(units))
+            row.append(work)
+            row_units.append(tuple(chunk_units))
+        bare.append(tuple(row))
+        per_chunk.append(tuple(row_units))
+        stage_units.append(tuple(u for units in row_units for u in units))
     embedding_sync = None
     if shape.tie_embeddings and pp > 1:
         size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
@@ -372,12 +378,31 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         mesh=mesh,
         shape=shape,
         microbatches=m,
-        chunks=tuple(chunks),
+        chunks=_copied_chunks(ctx, strategy, mesh, bare, per_chunk),
         p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
         embedding_sync=embedding_sync,
         units=tuple(stage_units),
+        bare_chunks=tuple(bare),
+        chunk_units=tuple(per_chunk),
         **_sync_fields(ctx, strategy, mesh, stage_units),
     )
+
+
+def _copied_chunks(
+    ctx: PlanContext,
+    strategy: ShardedStrategy,
+    mesh: Mesh,
+    bare: Sequence[Sequence[ChunkWork]],
+    chunk_units: Sequence[Sequence[Sequence[UnitParams]]],
+) -> tuple[tuple[ChunkWork, ...], ...]:
+    """Each stage's chunks with ``strategy``'s FSDP copies (:func:`_with_fsdp_copies`)."""
+    spec = ctx.model_spec
+    out = []
+    for s, (row, row_units) in enumerate(zip(bare, chunk_units, strict=True)):
+        info = ctx.network.device(mesh.device({"pp": s}))
+        pairs = zip(row, row_units, strict=True)
+        out.append(tuple(_with_fsdp_copies(w, strategy, u, spec, info) for w, u in pairs))
+    return tuple(out)
 
 
 def _sync_fields(
@@ -418,10 +443,13 @@ def _sync_fields(
 
 def relayout_sync(ctx: PlanContext, layout: ShardedLayout, strategy: ShardedStrategy) -> ShardedLayout:
     """``layout`` for ``strategy``, which differs from the layout's only in ZeRO, FSDP and
-    ``aggregation`` (what a search varies on one laid-out plan): the same chunks, the
-    data-parallel fields again (and the mesh again under hybrid sharding, whose shard group it
-    sets)."""
+    ``aggregation`` (what a search varies on one laid-out plan): the same chunks with the new
+    strategy's FSDP copies, the data-parallel fields again (and the mesh again under hybrid
+    sharding, whose shard group it sets)."""
     mesh = layout.mesh
     if "hybrid_shard" in (strategy.fsdp, layout.strategy.fsdp):
         mesh = build_mesh(strategy, ctx.network)
-    return replace(layout, strategy=strategy, mesh=mesh, **_sync_fields(ctx, strategy, mesh, layout.units))
+    chunks = _copied_chunks(ctx, strategy, mesh, layout.bare_chunks, layout.chunk_units)
+    return replace(
+        layout, strategy=strategy, mesh=mesh, chunks=chunks, **_sync_fields(ctx, strategy, mesh, layout.units)
+    )
