@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from parplan.api.search.space import FSDP_MODES, CandidateTable
 from parplan.api.sharded_analytic import (
     StageMicro,
     StageSync,
@@ -43,7 +44,6 @@ from parplan.plan.sharded.memory import (
 from parplan.plan.sharded.mesh import build_mesh
 
 if TYPE_CHECKING:
-    from parplan.api.search.space import CandidateTable
     from parplan.config.search import SearchSpec
     from parplan.plan.base import PlanContext
     from parplan.plan.sharded.costs import ShardedLayout
@@ -71,6 +71,8 @@ _COPIES_AS = {
 """The FSDP mode a micro-batch key is laid out with: its chunks carry FSDP2's copies
 (:func:`~parplan.plan.sharded.sync.fsdp_copy_bytes`), which hybrid sharding makes as full sharding
 does; the mesh stays the structure's."""
+_COPIES_KEY = np.asarray([FSDP_MODES.index(_COPIES_AS[mode]) for mode in FSDP_MODES])
+"""Each FSDP mode's micro-batch key value (by :data:`FSDP_MODES` index): alike where the copies are."""
 _SYNC = ("zero", "fsdp", "algorithm", "bucket")
 
 
@@ -206,9 +208,15 @@ def _sync(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], 
     )
 
 
-def _keys(table: CandidateTable, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each distinct key, each row's key index), keys in order of first appearance."""
-    stacked = np.stack([getattr(table, n).astype(np.int64) for n in names], axis=1)
+def _keys(
+    table: CandidateTable, names: tuple[str, ...], remap: dict[str, np.ndarray] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(first row of each distinct key, each row's key index), keys in order of first appearance;
+    ``remap[name]`` maps a column's values first (values that key alike)."""
+    remap = remap or {}
+    columns = [getattr(table, n).astype(np.int64) for n in names]
+    keyed = [remap[n][c] if n in remap else c for n, c in zip(names, columns, strict=True)]
+    stacked = np.stack(keyed, axis=1)
     _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
 
@@ -238,7 +246,7 @@ class _Evaluator:
     def structure(self, rows: np.ndarray) -> None:
         """Evaluate the candidates ``rows``, which share one structure."""
         sub = self.table.take(rows)
-        k_first, k_index = _keys(sub, _MICRO)
+        k_first, k_index = _keys(sub, _MICRO, {"fsdp": _COPIES_KEY})
         y_first, y_index = _keys(sub, _SYNC)
         # micro-batch keys laid out without ZeRO (FSDP only for its copies) on one mesh; sync keys
         # re-laid on the first
