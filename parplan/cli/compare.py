@@ -26,16 +26,14 @@ plan or baseline, an output that cannot be written.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from parplan.api.knobs import KNOBS
-from parplan.api.parallel import BACKENDS
 from parplan.cli.common import STATE, console, show
+from parplan.cli.evaluation import BackendChoice, check_backend, progress_bar
 from parplan.cli.outputs import (
     check_outputs,
     emit_document,
@@ -47,17 +45,8 @@ from parplan.cli.outputs import (
 )
 
 if TYPE_CHECKING:
-    BackendChoice = str
-    from rich.progress import Progress
-
     from parplan.api.compare import Comparison
     from parplan.api.parallel import Backend
-
-if not TYPE_CHECKING:
-    BackendChoice = Literal[BACKENDS]  # the backends' names, offered as the option's choices
-
-PROGRESS_DELAY_S = 0.5
-"""The progress bar appears only once the comparison has run this long."""
 
 
 def compare_strategies(
@@ -146,13 +135,12 @@ def compare_strategies(
     check_outputs(
         outputs, files_only=("--plot", "--html"), pictures=("--plot",), pages=("--html",), inputs=[scenario]
     )
-    if address is not None and backend != "ray":
-        raise typer.BadParameter("--address joins a Ray cluster; add --backend ray", param_hint="--address")
+    check_backend(backend, address)
 
     from parplan.api.compare import compare_scenario
     from parplan.errors import ParplanError
 
-    with _progress() as tick:
+    with progress_bar() as tick:
         comparison = compare_scenario(
             scenario,
             sweeps=sweep or [],
@@ -191,49 +179,6 @@ def compare_strategies(
     write_outputs(comparison, outputs)
     if comparison.interrupted is not None:  # what was gathered is shown and written; then fail
         raise ParplanError(f"{comparison.interrupted}; the results above cover the variants evaluated")
-
-
-class _progress:
-    """A transient progress bar on stderr, shown once the work has run :data:`PROGRESS_DELAY_S`.
-
-    Off with --quiet, when stderr is not a terminal, or for a single variant; stopped (and, being
-    transient, erased) when the last variant finishes.
-    """
-
-    def __init__(self) -> None:
-        self.started = time.monotonic()
-        self.bar: Progress | None = None
-        self.task: Any = None
-        err = console(stderr=True)
-        self.enabled = not STATE.quiet and err.is_terminal
-        self.console = err
-
-    def __enter__(self) -> Callable[[int, int], None] | None:
-        return self.tick if self.enabled else None
-
-    def tick(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if total <= 1 or time.monotonic() - self.started < PROGRESS_DELAY_S or done >= total:
-                return
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self.bar = Progress(
-                TextColumn("evaluating plans"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task("plans", total=total)
-        self.bar.update(self.task, completed=done)
-        if done >= total:  # gone before the ranking's messages print
-            self.bar.stop()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 def write_outputs(comparison: Comparison, outputs: dict[str, str | None]) -> None:

@@ -26,21 +26,17 @@ first); 2 for usage errors (an output that cannot be written, a bad ``--devices`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
-from parplan.api.parallel import BACKENDS
 from parplan.cli.common import STATE, console, show
+from parplan.cli.evaluation import BackendChoice, check_backend, progress_bar
 from parplan.cli.outputs import check_outputs, emit, stdout_taken, warn, write_file, wrote
 
 if TYPE_CHECKING:
-    BackendChoice = str
     from parplan.api.parallel import Backend
     from parplan.api.search.run import SearchResult
-
-if not TYPE_CHECKING:
-    BackendChoice = Literal[BACKENDS]  # the backends' names, offered as the option's choices
 
 
 def parse_devices(text: str | None) -> list[int] | None:
@@ -142,15 +138,13 @@ def search(
     check_outputs(
         outputs, files_only=("--plot", "--html"), pictures=("--plot",), pages=("--html",), inputs=[scenario]
     )
-    if address is not None and backend != "ray":
-        raise typer.BadParameter("--address joins a Ray cluster; add --backend ray", param_hint="--address")
+    check_backend(backend, address)
     counts = parse_devices(devices)
 
     from parplan.api.search.run import search_scenario
-    from parplan.cli.compare import _progress
     from parplan.errors import ParplanError
 
-    with _progress() as tick:
+    with progress_bar() as tick:
         result = search_scenario(
             scenario,
             limit=limit,

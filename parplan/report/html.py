@@ -106,7 +106,6 @@ def html_page(document: Mapping[str, Any], results: Mapping[str, PlanResult] | N
     ``results`` maps plan names of the document to their results, whose timelines (when kept)
     give the Gantt charts and busiest links. Raises :class:`ParplanError` without plotly."""
     require_plotly()
-    import plotly.offline
 
     results = results or {}
     figures = _Figures()
@@ -134,6 +133,13 @@ def html_page(document: Mapping[str, Any], results: Mapping[str, PlanResult] | N
         body.append(
             f"<p class='note'>{len(plans) - MAX_DETAILED_PLANS} more plans are in the table only.</p>"
         )
+    return _page(title, document, body, figures)
+
+
+def _page(title: str, document: Mapping[str, Any], body: list[str], figures: _Figures) -> str:
+    """The whole page: ``body``'s sections and the figures' scripts, plotly.js inlined."""
+    import plotly.offline
+
     return _PAGE.format(
         title=_e(title),
         style=_STYLE,
@@ -421,7 +427,6 @@ def search_page(document: Mapping[str, Any], results: Mapping[str, PlanResult] |
     with the Pareto front, and per re-simulated plan its event timeline, busiest links and memory
     (``results``: the event results by plan name, whose timelines give the Gantt charts)."""
     require_plotly()
-    import plotly.offline
 
     results = results or {}
     figures = _Figures()
@@ -455,14 +460,7 @@ def search_page(document: Mapping[str, Any], results: Mapping[str, PlanResult] |
         event = entry.get("event")
         if event:
             body.append(_plan_section(figures, i + 1, event, results.get(str(entry.get("name")))))
-    return _PAGE.format(
-        title=_e(title),
-        style=_STYLE,
-        plotly_js=plotly.offline.get_plotlyjs(),
-        body="\n".join(body),
-        scripts="\n".join(figures.scripts),
-        tool=_e(document.get("tool", "parplan")),
-    )
+    return _page(title, document, body, figures)
 
 
 def _search_summary(document: Mapping[str, Any]) -> str:

@@ -216,18 +216,18 @@ def test_progress_bar_waits_shows_and_is_gone_before_the_ranking(monkeypatch: py
 
     from rich.console import Console
 
-    from parplan.cli import compare
+    from parplan.cli import evaluation
 
     terminal = Console(file=_io.StringIO(), force_terminal=True)
-    monkeypatch.setattr(compare, "console", lambda stderr=False: terminal)
-    bar = compare._progress()
+    monkeypatch.setattr(evaluation, "console", lambda stderr=False: terminal)
+    bar = evaluation.progress_bar()
     with bar as tick:
         assert tick is not None
         tick(1, 1)
         assert bar.bar is None  # a single variant
         tick(1, 3)
         assert bar.bar is None  # before the delay
-        bar.started -= compare.PROGRESS_DELAY_S
+        bar.started -= evaluation.PROGRESS_DELAY_S
         tick(2, 3)
         assert bar.bar is not None and bar.bar.live.is_started
         tick(3, 3)
