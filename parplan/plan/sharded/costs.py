@@ -110,9 +110,13 @@ class ShardedLayout:
     param_sync: tuple[tuple[CommCall, ...], ...] = ()
     param_gather_backward: bool = False
     per_microbatch_sync: bool = False
-    units: tuple[tuple[UnitParams, ...], ...] = ()
     bare_chunks: tuple[tuple[ChunkWork, ...], ...] = ()  # ``chunks`` before FSDP's copies
     chunk_units: tuple[tuple[tuple[UnitParams, ...], ...], ...] = ()  # per stage, per chunk
+
+    @property
+    def units(self) -> tuple[tuple[UnitParams, ...], ...]:
+        """The sharding units each stage holds, in model order (its chunks' units)."""
+        return stage_units(self.chunk_units)
 
     @property
     def virtual_stages(self) -> int:
@@ -122,6 +126,13 @@ class ShardedLayout:
     def stage_params(self, stage: int) -> float:
         """Parameters one device of ``stage`` holds (TP/EP split, before ZeRO/FSDP)."""
         return sum(c.params for c in self.chunks[stage])
+
+
+def stage_units(
+    chunk_units: Sequence[Sequence[Sequence[UnitParams]]],
+) -> tuple[tuple[UnitParams, ...], ...]:
+    """Per stage, its chunks' sharding units in model order."""
+    return tuple(tuple(u for units in row for u in units) for row in chunk_units)
 
 
 def transformer_shape(ctx: PlanContext) -> TransformerShape:
@@ -350,7 +361,6 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
     spec = ctx.model_spec
     bare: list[tuple[ChunkWork, ...]] = []
     per_chunk: list[tuple[tuple[UnitParams, ...], ...]] = []
-    stage_units: list[tuple[UnitParams, ...]] = []
     roofs: dict[DeviceInfo, _Roofline] = {}
     for s in range(pp):
         info = ctx.network.device(mesh.device({"pp": s}))
@@ -367,7 +377,6 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
             row_units.append(tuple(chunk_units))
         bare.append(tuple(row))
         per_chunk.append(tuple(row_units))
-        stage_units.append(tuple(u for units in row_units for u in units))
     embedding_sync = None
     if shape.tie_embeddings and pp > 1:
         size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
@@ -381,10 +390,9 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         chunks=_copied_chunks(ctx, strategy, mesh, bare, per_chunk),
         p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
         embedding_sync=embedding_sync,
-        units=tuple(stage_units),
         bare_chunks=tuple(bare),
         chunk_units=tuple(per_chunk),
-        **_sync_fields(ctx, strategy, mesh, stage_units),
+        **_sync_fields(ctx, strategy, mesh, stage_units(per_chunk)),
     )
 
 
