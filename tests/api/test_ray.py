@@ -4,10 +4,8 @@ work, a cluster lost mid-sweep keeping what was gathered. One local Ray instance
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,31 +20,10 @@ from parplan.api.variants import expand_variants
 from parplan.cli.app import app
 from parplan.config.loader import load_scenario
 from parplan.report.json_report import comparison_document, dumps
+from tests.api.ray_support import RAY_MARKS, lose_the_cluster_after
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "sample_configs" / "scenarios" / "quickstart.yaml"
-HAVE_RAY = importlib.util.find_spec("ray") is not None
-
-pytestmark = [
-    pytest.mark.ray,
-    pytest.mark.xdist_group("ray"),
-    pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install 'parplan[ray]')"),
-]
-
-
-@pytest.fixture(scope="session")
-def ray_instance() -> Iterator[Any]:
-    """One local Ray instance for the session (2 CPUs), shut down at the end."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        except Exception as exc:  # a machine where Ray cannot start its processes
-            pytest.skip(f"a local Ray instance cannot start here: {exc}")
-    yield ray
-    if started:
-        ray.shutdown()
+pytestmark = RAY_MARKS
 
 
 def _variants() -> tuple[Any, Any]:
@@ -73,24 +50,11 @@ def test_compare_on_ray_writes_the_same_json(ray_instance: Any) -> None:
     assert document("ray") == document("local")
 
 
-def _lose_the_cluster_after(monkeypatch: pytest.MonkeyPatch, ray: Any, calls: int) -> None:
-    real_get = ray.get
-    count = {"n": 0}
-
-    def flaky_get(refs: Any, *args: Any, **kwargs: Any) -> Any:
-        count["n"] += 1
-        if count["n"] > calls:
-            raise ray.exceptions.RaySystemError("the GCS went away")
-        return real_get(refs, *args, **kwargs)
-
-    monkeypatch.setattr(ray, "get", flaky_get)
-
-
 def test_a_cluster_lost_mid_sweep_keeps_what_was_gathered(
     ray_instance: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scenario, variants = _variants()
-    _lose_the_cluster_after(monkeypatch, ray_instance, 2)
+    lose_the_cluster_after(monkeypatch, ray_instance, 2)
     with pytest.raises(SweepInterrupted, match="Ray cluster was lost after") as caught:
         evaluate_variants(scenario, variants, backend="ray")
     gathered = [r for r in caught.value.results if r is not None]
@@ -100,7 +64,7 @@ def test_a_cluster_lost_mid_sweep_keeps_what_was_gathered(
 def test_cli_writes_the_partial_results_then_fails(
     ray_instance: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    _lose_the_cluster_after(monkeypatch, ray_instance, 1)
+    lose_the_cluster_after(monkeypatch, ray_instance, 1)
     out = tmp_path / "partial.json"
     result = CliRunner().invoke(
         app, ["compare-strategies", str(QUICKSTART), "--backend", "ray", "--json", str(out)]

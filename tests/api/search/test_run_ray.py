@@ -4,11 +4,9 @@ local Ray instance, in the tests' shared xdist group)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,44 +19,10 @@ from parplan.api.search.run import search_scenario
 from parplan.cli.app import app
 from parplan.report.json_report import dumps
 from parplan.report.search import search_document
+from tests.api.ray_support import RAY_MARKS, lose_the_cluster_after
 from tests.api.search.test_run import SMALL, small_scenario
 
-HAVE_RAY = importlib.util.find_spec("ray") is not None
-
-pytestmark = [
-    pytest.mark.ray,
-    pytest.mark.xdist_group("ray"),
-    pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install 'parplan[ray]')"),
-]
-
-
-@pytest.fixture(scope="session")
-def ray_instance() -> Iterator[Any]:
-    """The session's local Ray instance (2 CPUs), started here unless another test module did."""
-    import ray
-
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-        except Exception as exc:  # a machine where Ray cannot start its processes
-            pytest.skip(f"a local Ray instance cannot start here: {exc}")
-    yield ray
-    if started:
-        ray.shutdown()
-
-
-def _lose_the_cluster_after(monkeypatch: pytest.MonkeyPatch, ray: Any, calls: int) -> None:
-    real_get = ray.get
-    count = {"n": 0}
-
-    def flaky_get(refs: Any, *args: Any, **kwargs: Any) -> Any:
-        count["n"] += 1
-        if count["n"] > calls:
-            raise ray.exceptions.RaySystemError("the GCS went away")
-        return real_get(refs, *args, **kwargs)
-
-    monkeypatch.setattr(ray, "get", flaky_get)
+pytestmark = RAY_MARKS
 
 
 def test_search_on_ray_writes_the_local_json(ray_instance: Any, tmp_path: Path) -> None:
@@ -74,7 +38,7 @@ def test_a_cluster_lost_mid_search_keeps_the_chunks_gathered(
 ) -> None:
     path = small_scenario(tmp_path, SMALL)
     whole = search_scenario(path, top_k=0)
-    _lose_the_cluster_after(monkeypatch, ray_instance, 2)
+    lose_the_cluster_after(monkeypatch, ray_instance, 2)
     partial = search_scenario(path, top_k=0, backend="ray")
     assert partial.interrupted is not None and "Ray cluster was lost after" in partial.interrupted
     assert 0 < partial.counts.evaluated < whole.counts.evaluated
@@ -86,7 +50,7 @@ def test_a_cluster_lost_mid_search_keeps_the_chunks_gathered(
 def test_cli_writes_what_was_gathered_then_fails(
     ray_instance: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    _lose_the_cluster_after(monkeypatch, ray_instance, 1)
+    lose_the_cluster_after(monkeypatch, ray_instance, 1)
     out = tmp_path / "partial.json"
     path = small_scenario(tmp_path, SMALL)
     result = CliRunner().invoke(
