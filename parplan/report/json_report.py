@@ -205,9 +205,15 @@ def dumps(document: Mapping[str, Any]) -> str:
     return json.dumps(finite(whole_bytes(document)), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+SEARCH_SCHEMA_RESOURCE = f"search-v{REPORT_VERSION}.schema.json"
+"""File name of the ``search --json`` document's JSON Schema (it refers to this one's plan objects
+by a reference relative to its own file: ``report-v1.schema.json#/$defs/plan``)."""
+
+
 @cache
-def load_schema() -> dict[str, Any]:
-    """The shipped JSON Schema of the documents (draft 2020-12)."""
-    text = resources.files("parplan.report.schema").joinpath(SCHEMA_RESOURCE).read_text(encoding="utf-8")
+def load_schema(resource: str = SCHEMA_RESOURCE) -> dict[str, Any]:
+    """A shipped JSON Schema (draft 2020-12): the simulate / compare-strategies document's, or
+    :data:`SEARCH_SCHEMA_RESOURCE` for search's."""
+    text = resources.files("parplan.report.schema").joinpath(resource).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema

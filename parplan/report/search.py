@@ -20,8 +20,14 @@ commands' documents)::
       "hand_written": [checked, ...]      # the scenario's own plans, the same way, and their rank
     }
 
+The document's JSON Schema ships as ``parplan/report/schema/search-v1.schema.json``
+(:func:`~parplan.report.json_report.load_schema` with
+:data:`~parplan.report.json_report.SEARCH_SCHEMA_RESOURCE`).
+
 ``checked`` is ``{"name", "closed_form_step_time_s", "event_step_time_s", "disagreement"
-(event / closed form - 1), "bound", "would_rank", "error", "event": PlanResult.to_dict()}``.
+(event / closed form - 1), "bound", "would_rank", "error", "event"}``, ``event`` being the event
+engine's figures as a plan of the simulate / compare-strategies document (with ``plan`` the
+checked plan's name and no ``overrides``).
 Nothing depends on the clock (the elapsed time is printed on stderr by the CLI, never written), so
 identical inputs give identical bytes. The CSV has one row per evaluated candidate
 (:data:`CSV_COLUMNS`).
@@ -78,7 +84,10 @@ def candidate_entry(row: CandidateRow) -> dict[str, Any]:
 
 
 def checked_entry(checked: Checked) -> dict[str, Any]:
-    """A plan evaluated in closed form and by the event engine."""
+    """A plan evaluated in closed form and by the event engine (``event``: a plan object of the
+    simulate / compare-strategies report, so one schema definition describes both)."""
+    from parplan.report.json_report import plan_entry
+
     return {
         "name": checked.name,
         "closed_form_step_time_s": checked.analytic.step_time_s if checked.analytic else None,
@@ -89,7 +98,7 @@ def checked_entry(checked: Checked) -> dict[str, Any]:
         "bound": checked.bound,
         "would_rank": checked.would_rank,
         "error": checked.error,
-        "event": checked.event.to_dict() if checked.event else None,
+        "event": plan_entry(checked.event, plan=checked.name) if checked.event else None,
     }
 
 

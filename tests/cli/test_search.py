@@ -6,12 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from parplan.api.search import run
 from parplan.cli.app import app
+from parplan.report.json_report import SCHEMA_RESOURCE, SEARCH_SCHEMA_RESOURCE, load_schema
 from tests.api.search.test_run import FSDP_64, SMALL, small_scenario
 
 runner = CliRunner()
@@ -72,6 +74,35 @@ def test_outputs_are_byte_identical_run_to_run(tmp_path: Path) -> None:
     assert len(document["plans"]) == document["counts"]["evaluated"]
     assert files["--csv"][0].decode().count("\n") == document["counts"]["evaluated"] + 1
     assert document["winner"]["label"] == document["plans"][0]["label"] == document["top"][0]["name"]
+    search_validator().validate(document)
+
+
+def search_validator() -> Any:
+    """A validator of the shipped search schema, resolving its reference to the report schema."""
+    import jsonschema
+    from referencing import Registry, Resource
+
+    names = (SCHEMA_RESOURCE, SEARCH_SCHEMA_RESOURCE)
+    registry = Registry().with_resources((name, Resource.from_contents(load_schema(name))) for name in names)
+    return jsonschema.Draft202012Validator(load_schema(SEARCH_SCHEMA_RESOURCE), registry=registry)
+
+
+def test_the_search_schema_rejects_what_it_should(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["search", str(small_scenario(tmp_path, SMALL, FSDP_64)), "--top-k", "1", "--json", "-"]
+    )
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    validator = search_validator()
+    validator.validate(document)
+    assert document["hand_written"] and document["hand_written"][0]["event"] is not None
+    for broken in (
+        {**document, "command": "simulate"},
+        {**document, "plans": [{**document["plans"][0], "fsdp": "sometimes"}]},
+        {**document, "top": [{**document["top"][0], "event": {"name": "x"}}]},  # not a report plan
+        {k: v for k, v in document.items() if k != "counts"},
+    ):
+        assert not validator.is_valid(broken)
 
 
 def test_json_to_stdout_replaces_the_tables(tmp_path: Path) -> None:
