@@ -89,17 +89,17 @@ class EdgeView:
 
 def _edges(items: Any, data: bool | str, default: Any, reverse: bool = False) -> list[Any]:
     """``(u, v[, data])`` triples of ``(node, {neighbour: attrs})`` items (``reverse``: ``(v, u)``)."""
-    out: list[Any] = []
-    for a, nbrs in items:
-        for b, d in nbrs.items():
-            u, v = (b, a) if reverse else (a, b)
-            if data is True:
-                out.append((u, v, d))
-            elif data is False:
-                out.append((u, v))
-            else:
-                out.append((u, v, d.get(data, default)))
-    return out
+    if reverse:
+        if data is True:
+            return [(b, a, d) for a, nbrs in items for b, d in nbrs.items()]
+        if data is False:
+            return [(b, a) for a, nbrs in items for b in nbrs]
+        return [(b, a, d.get(data, default)) for a, nbrs in items for b, d in nbrs.items()]
+    if data is True:
+        return [(a, b, d) for a, nbrs in items for b, d in nbrs.items()]
+    if data is False:
+        return [(a, b) for a, nbrs in items for b in nbrs]
+    return [(a, b, d.get(data, default)) for a, nbrs in items for b, d in nbrs.items()]
 
 
 class LinkGraph:
@@ -112,6 +112,8 @@ class LinkGraph:
         self._node: dict[str, Attrs] = {}
         self._succ: dict[str, dict[str, Attrs]] = {}
         self._pred: dict[str, dict[str, Attrs]] = {}
+        self._nodes_view = NodeView(self._node)
+        self._edges_view = EdgeView(self._succ)
 
     # -- building --------------------------------------------------------------------------------
     def add_node(self, node: str, **attrs: Any) -> None:
@@ -136,12 +138,12 @@ class LinkGraph:
     @property
     def nodes(self) -> NodeView:
         """The nodes in insertion order (a mapping to their attributes)."""
-        return NodeView(self._node)
+        return self._nodes_view
 
     @property
     def edges(self) -> EdgeView:
         """The edges, by tail in node order, then by head in the order they were added."""
-        return EdgeView(self._succ)
+        return self._edges_view
 
     def __contains__(self, node: object) -> bool:
         return node in self._node
