@@ -409,15 +409,13 @@ def _sharded(strategy: ShardedStrategy, world: _World, report: IssueCollector) -
 
 def _connected(devices: Sequence[str], network: Network, report: IssueCollector) -> None:
     """Every device a plan uses can reach every other (checked against the first, both ways)."""
-    import networkx as nx
-
     used = list(dict.fromkeys(devices))
     if len(used) < 2:
         return
     graph = network.graph
     first = used[0]
-    reach = nx.descendants(graph, first)
-    back = nx.ancestors(graph, first)
+    reach = graph.descendants(first)
+    back = graph.ancestors(first)
     for d in used[1:]:
         if d not in reach:
             report.add(

@@ -21,8 +21,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AlgorithmFit, AnalyticCheck, fit_algorithm
 from parplan.api.knobs import algorithm_problem
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.auto import AutoAlgorithm
@@ -36,6 +36,9 @@ from parplan.errors import CollectiveError, ParplanError, UsageError
 from parplan.plan.collective import CollectiveRun, resolve_run
 from parplan.taskgraph import TaskGraph
 from parplan.topology.network import Network
+
+if TYPE_CHECKING:
+    from parplan.api.analytic_fit import AlgorithmFit, AnalyticCheck
 
 ELEMENT_BYTES: dict[str, int] = {
     "int8": 1,
@@ -420,6 +423,8 @@ def collective_sweep(
     params = None
     fits: list[AlgorithmFit] = []
     if analytic:
+        from parplan.api.analytic_fit import fit_algorithm
+
         params = uniform_parameters(network, devices, groups=groups, gamma_s_per_byte=gamma_s_per_byte)
         largest_count = max(count for _, count in sizes)
         fits = [
@@ -492,6 +497,8 @@ def _check(
 ) -> AnalyticCheck:
     """The closed form of one algorithm against one simulation at ``row``'s size (the sweep's
     smallest and largest sizes are checked)."""
+    from parplan.api.analytic_fit import CHECK_STEP_BUDGET, AnalyticCheck
+
     simulated = None
     if fit.steps <= CHECK_STEP_BUDGET:
         if progress is not None:

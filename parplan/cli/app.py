@@ -17,6 +17,7 @@ registers), so ``parplan collective`` imports and builds nothing of ``simulate``
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -142,6 +143,9 @@ def invoked_command(args: list[str]) -> str | None:
 def main() -> None:
     """Entry point of the ``parplan`` console script and ``python -m parplan``: an app holding
     just the invoked command, or every command when none is named."""
+    # OpenBLAS starts a thread per core when numpy loads: ~30 ms of CPU and more wall time on a
+    # busy machine, for the few small products parplan computes. A user's own setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     args = hoist_global_flags(sys.argv[1:])
     command = invoked_command(args)
     chosen = build_app([command]) if command is not None else __getattr__("app")

@@ -38,33 +38,26 @@ A strategy with no ``kind`` is ``local`` (when it has only local's keys; otherwi
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
 from parplan.config.cluster import ClusterGenerator, ClusterSpec
 from parplan.config.hf import HFConfigError, hf_model_data, is_hf_config
 from parplan.config.issues import Graft, Source, file_keys, translate, union_tags
-from parplan.config.model import ModelGenerator, ModelSpec, TransformerGenerator
 from parplan.config.readers import FORMATS, Loc, read_file
 from parplan.config.saving import dump_spec, save_spec
-from parplan.config.scenario import ScenarioSpec
-from parplan.config.strategy import (
-    STRATEGY_KINDS,
-    CustomStrategy,
-    DataParallelStrategy,
-    FederatedStrategy,
-    LocalStrategy,
-    ModelParallelStrategy,
-    PartitionFileSpec,
-    PopulationBasedStrategy,
-    StrategySpec,
-)
 from parplan.errors import ConfigError, Issue
+
+if TYPE_CHECKING:
+    from parplan.config.model import ModelSpec
+    from parplan.config.scenario import ScenarioSpec
+    from parplan.config.strategy import PartitionFileSpec
 
 __all__ = [
     "KINDS",
@@ -86,22 +79,31 @@ __all__ = [
 KINDS: tuple[str, ...] = ("cluster", "model", "strategy", "partition", "scenario")
 """The kinds of file parplan reads."""
 
-_ROOT_TYPES: dict[str, Any] = {
-    "cluster": ClusterSpec,
-    "model": ModelSpec,
-    "strategy": StrategySpec,
-    "partition": PartitionFileSpec,
-    "scenario": ScenarioSpec,
+_ROOT_TYPES: dict[str, tuple[str, str]] = {
+    "cluster": ("parplan.config.cluster", "ClusterSpec"),
+    "model": ("parplan.config.model", "ModelSpec"),
+    "strategy": ("parplan.config.strategy", "StrategySpec"),
+    "partition": ("parplan.config.strategy", "PartitionFileSpec"),
+    "scenario": ("parplan.config.scenario", "ScenarioSpec"),
 }
+"""Where the spec type of each kind lives: imported on first use, so loading a cluster file does
+not build the model, strategy and scenario specs' pydantic classes."""
 _COMMON_KEYS = {"name", "description"}
-_STRATEGY_CLASSES = (
-    LocalStrategy,
-    DataParallelStrategy,
-    ModelParallelStrategy,
-    FederatedStrategy,
-    PopulationBasedStrategy,
-    CustomStrategy,
-)
+
+
+@cache
+def _strategy_classes() -> tuple[type, ...]:
+    """The strategy spec classes (each a file's top level when its ``kind`` names it)."""
+    from parplan.config import strategy
+
+    return (
+        strategy.LocalStrategy,
+        strategy.DataParallelStrategy,
+        strategy.ModelParallelStrategy,
+        strategy.FederatedStrategy,
+        strategy.PopulationBasedStrategy,
+        strategy.CustomStrategy,
+    )
 
 T = TypeVar("T")
 
@@ -109,19 +111,21 @@ T = TypeVar("T")
 @cache
 def adapter(kind: str) -> TypeAdapter[Any]:
     """The pydantic validator of one file kind (cached: building it is the slow part)."""
-    return TypeAdapter(_ROOT_TYPES[kind])
+    return TypeAdapter(root_type(kind))
 
 
 def root_type(kind: str) -> Any:
-    """The spec type (or tagged union) a file of ``kind`` validates into."""
-    return _ROOT_TYPES[kind]
+    """The spec type (or tagged union) a file of ``kind`` validates into (imported on first use)."""
+    module, name = _ROOT_TYPES[kind]
+    return getattr(importlib.import_module(module), name)
 
 
 def spec_kind(spec: Any) -> str:
     """The file kind a spec object saves as: ``cluster``, ``model``, ``strategy``, ..."""
-    if isinstance(spec, _STRATEGY_CLASSES):
+    if isinstance(spec, _strategy_classes()):
         return "strategy"
-    for kind, tp in _ROOT_TYPES.items():
+    for kind in _ROOT_TYPES:
+        tp = root_type(kind)
         if isinstance(tp, type) and isinstance(spec, tp):
             return kind
     raise TypeError(f"not a parplan file spec: {type(spec).__name__}")
@@ -144,11 +148,31 @@ def _generator_kinds(tp: Any) -> set[str]:
     return set(tags[1]) if tags else set()
 
 
-_CLUSTER_GENERATORS = _generator_kinds(ClusterGenerator)
-_MODEL_GENERATORS = _generator_kinds(ModelGenerator)
-_GENERATOR_KEYS = set(file_keys(TransformerGenerator)) - {"kind"}
 _GENERATOR_ALIASES = {"sequence_length": "seq_len", "vocabulary": "vocab"}
-_STRATEGY_KEYS = {k for cls in _STRATEGY_CLASSES for k in file_keys(cls)} - _COMMON_KEYS - {"kind"}
+
+
+@dataclass(frozen=True)
+class _DetectionKeys:
+    """The keys :func:`detect_kind` and the model resolver read, from the spec classes."""
+
+    cluster_generators: set[str]
+    model_generators: set[str]
+    generator_keys: set[str]
+    strategy_keys: set[str]
+
+
+@cache
+def _keys() -> _DetectionKeys:
+    """Built on first use: it imports the model and strategy specs."""
+    from parplan.config.model import ModelGenerator, TransformerGenerator
+
+    strategy_keys = {k for cls in _strategy_classes() for k in file_keys(cls)} - _COMMON_KEYS - {"kind"}
+    return _DetectionKeys(
+        cluster_generators=_generator_kinds(ClusterGenerator),
+        model_generators=_generator_kinds(ModelGenerator),
+        generator_keys=set(file_keys(TransformerGenerator)) - {"kind"},
+        strategy_keys=strategy_keys,
+    )
 
 
 def detect_kind(data: Any, path: str = "") -> str:
@@ -173,9 +197,10 @@ def detect_kind(data: Any, path: str = "") -> str:
         return "strategy"
     if "partitions" in keys and keys <= {"partitions"} | _COMMON_KEYS:
         return "partition"
-    if generator_kind in _CLUSTER_GENERATORS:
+    known = _keys()
+    if generator_kind in known.cluster_generators:
         return "cluster"
-    if generator_kind in _MODEL_GENERATORS:
+    if generator_kind in known.model_generators:
         return "model"
     if keys & {"devices", "switches", "links"}:
         return "cluster"
@@ -183,7 +208,7 @@ def detect_kind(data: Any, path: str = "") -> str:
         return "model"
     if keys & {"cluster", "model", "training", "cluster_file", "model_file"}:
         return "scenario"
-    if keys & _STRATEGY_KEYS:
+    if keys & known.strategy_keys:
         return "strategy"
     raise ConfigError(
         Issue(
@@ -273,7 +298,7 @@ class _Resolver:
         if isinstance(given, dict):
             generator.update(given)
         for key in list(data):
-            if key in _GENERATOR_KEYS:
+            if key in _keys().generator_keys:
                 generator[key] = data.pop(key)
         for name, alias in _GENERATOR_ALIASES.items():
             if name in generator and alias in generator:
@@ -287,6 +312,8 @@ class _Resolver:
         self.failed.append(loc)
 
     def _scenario(self, data: dict[str, Any], loc: Loc, shown: str) -> None:
+        from parplan.config.strategy import STRATEGY_KINDS
+
         for key in ("cluster", "model"):
             ref = data.get(key)
             if isinstance(ref, str):
@@ -315,6 +342,8 @@ class _Resolver:
                 self._strategy(plan["strategy"], at, shown)
 
     def _strategy(self, data: dict[str, Any], loc: Loc, shown: str, replica: bool = False) -> None:
+        from parplan.config.strategy import LocalStrategy
+
         if "kind" not in data and not replica and set(data) <= set(file_keys(LocalStrategy)):
             data["kind"] = "local"
         kind = data.get("kind", "model_parallel" if replica else None)
@@ -407,7 +436,7 @@ def spec_from_data(kind: str, data: Any, path: str = "<data>", source: Source | 
     try:
         spec = adapter(kind).validate_python(data)
     except ValidationError as exc:
-        issues = translate(exc, _ROOT_TYPES[kind], data, source, skip=resolver.failed)
+        issues = translate(exc, root_type(kind), data, source, skip=resolver.failed)
         raise ConfigError(resolver.issues + issues) from None
     if resolver.issues:
         raise ConfigError(resolver.issues)

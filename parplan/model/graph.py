@@ -31,12 +31,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from itertools import pairwise
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from parplan.config.model import MLPGenerator, ModelNodeSpec, ModelSpec, TransformerGenerator
 from parplan.errors import ModelError
 from parplan.model.transformer import activation_coefficients, shape_of_generator
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,8 @@ def build_model(spec: ModelSpec) -> ModelGraph:
             raise ModelError(f"model {spec.name!r} has neither nodes nor a generator")
         nodes = list(spec.nodes)
         edges = list(spec.edges) if spec.edges is not None else _chain(nodes)
+    import networkx as nx  # on first use: ~80 ms and 20 MB that a cluster-only command never pays
+
     graph = nx.DiGraph()
     for n in nodes:
         if n.id in graph:

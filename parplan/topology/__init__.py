@@ -1,7 +1,9 @@
-"""Topology: a cluster spec as a networkx graph of devices, switches and directed links, with routing
-and placement of collective ranks onto devices."""
+"""Topology: a cluster spec as a graph of devices, switches and directed links (a
+:class:`LinkGraph`: networkx's ``DiGraph`` interface without importing networkx), with routing and
+placement of collective ranks onto devices."""
 
 from parplan.topology.build import build_network
+from parplan.topology.graph import LinkGraph
 from parplan.topology.network import DeviceInfo, Network, Router, shortest_hop_route, spread_route
 from parplan.topology.placement import (
     Placement,
@@ -14,6 +16,7 @@ from parplan.topology.placement import (
 
 __all__ = [
     "DeviceInfo",
+    "LinkGraph",
     "Network",
     "Placement",
     "Router",

@@ -47,8 +47,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import networkx as nx
-
 from parplan.config.cluster import (
     ClusterSpec,
     DeviceTemplate,
@@ -64,6 +62,7 @@ from parplan.config.cluster import (
 )
 from parplan.config.units import LIMITS
 from parplan.errors import TopologyError
+from parplan.topology.graph import LinkGraph
 from parplan.topology.network import Network, Router, shortest_hop_route, spread_route
 
 _MAX_NAMES = 8
@@ -95,7 +94,7 @@ class _Builder:
 
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
-        self.graph = nx.DiGraph()
+        self.graph = LinkGraph()
         self.next_channel = 0
         self.link_pairs: set[frozenset[str]] = set()
         self.origin: dict[str, str] = {}
@@ -207,7 +206,7 @@ def build_network(spec: ClusterSpec, router: Router | None = None) -> Network:
     return Network(b.graph, name=spec.name, router=router, transport=cluster_transport(spec, b.graph))
 
 
-def cluster_transport(spec: ClusterSpec, graph: nx.DiGraph) -> TransportCosts:
+def cluster_transport(spec: ClusterSpec, graph: LinkGraph) -> TransportCosts:
     """The cluster's transport: the file's, else the default its link classes imply."""
     if spec.transport is not None:
         return spec.transport.resolved()
@@ -347,7 +346,7 @@ def _hierarchical(b: _Builder, gen: HierarchicalGenerator) -> None:
             b.link(f"rail{r}", "spine", spine)
 
 
-def _check_connected(graph: nx.DiGraph, cluster: str) -> None:
+def _check_connected(graph: LinkGraph, cluster: str) -> None:
     devices = [n for n, d in graph.nodes(data=True) if d.get("kind") == "device"]
     if len(devices) <= 1:
         return
@@ -358,7 +357,7 @@ def _check_connected(graph: nx.DiGraph, cluster: str) -> None:
             f"(a cluster of {len(devices)} devices must connect them)"
         )
     component: dict[str, int] = {}
-    for cid, comp in enumerate(nx.weakly_connected_components(graph)):
+    for cid, comp in enumerate(graph.weakly_connected_components()):
         component.update((n, cid) for n in comp)
     by_component: dict[int, list[str]] = {}
     for d in devices:  # device order, so parts are listed by their first device

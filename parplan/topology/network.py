@@ -1,13 +1,15 @@
 """The communication graph: devices, switches and directed links, with cached deterministic routes.
 
-A :class:`Network` wraps a networkx ``DiGraph`` whose nodes carry ``kind`` ("device" or "switch")
-and, for devices, their compute attributes; every directed edge carries ``bandwidth_Bps`` (line
-rate), ``latency_s`` and ``channel``: the index of the bandwidth resource it uses, and optionally
-``efficiency`` (share of the line rate that carries payload, default 1) and ``link_class``.
-Full-duplex links give each direction its own channel; a half-duplex link's two directions share
-one. The engine shares bandwidth per channel, so ``channel_bandwidth_Bps`` (line rate x
-efficiency: what payload gets), ``channel_names`` and ``channel_hardware`` are what it reads (an
-edge's optional ``channel_name`` attribute names its channel; otherwise ``"u->v"``).
+A :class:`Network` wraps a :class:`~parplan.topology.graph.LinkGraph` (networkx ``DiGraph``'s
+interface without networkx; a networkx ``DiGraph`` given instead is read into one) whose nodes
+carry ``kind`` ("device" or "switch") and, for devices, their compute attributes; every directed
+edge carries ``bandwidth_Bps`` (line rate), ``latency_s`` and ``channel``: the index of the
+bandwidth resource it uses, and optionally ``efficiency`` (share of the line rate that carries
+payload, default 1) and ``link_class``. Full-duplex links give each direction its own channel; a
+half-duplex link's two directions share one. The engine shares bandwidth per channel, so
+``channel_bandwidth_Bps`` (line rate x efficiency: what payload gets), ``channel_names`` and
+``channel_hardware`` are what it reads (an edge's optional ``channel_name`` attribute names its
+channel; otherwise ``"u->v"``).
 ``transport`` is the cluster's per-message cost profile
 (:class:`~parplan.config.cluster.TransportCosts`; ``ideal`` unless given).
 
@@ -34,14 +36,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
 from parplan.config.cluster import NETWORK_CLASSES, HardwareFeatures, TransportCosts
 from parplan.errors import TopologyError
+from parplan.topology.graph import LinkGraph, as_link_graph
 from parplan.topology.routing import RoutingTables, TieBreak
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -101,12 +107,13 @@ class Network:
 
     def __init__(
         self,
-        graph: nx.DiGraph,
+        graph: LinkGraph | nx.DiGraph,
         name: str = "cluster",
         router: Router | None = None,
         transport: TransportCosts | None = None,
     ) -> None:
-        self.graph = graph
+        graph = as_link_graph(graph)
+        self.graph: LinkGraph = graph
         self.name = name
         self.transport = transport or TransportCosts("ideal")
         self.devices: tuple[str, ...] = tuple(
@@ -140,6 +147,7 @@ class Network:
         self._route_cache: dict[tuple[str, str], tuple[IntArray, float]] = {}
         self._lane_cache: dict[tuple[str, str, int], tuple[IntArray, float]] = {}
         self._routing_tables: dict[str, RoutingTables] = {}
+        self._networkx: nx.DiGraph | None = None
 
     # -- devices ---------------------------------------------------------------------------------
     def device_index(self, name: str) -> int:
@@ -309,6 +317,12 @@ class Network:
             return [self.devices[i] for i in items.tolist()]
         return [str(x) for x in items]
 
+    def to_networkx(self) -> nx.DiGraph:
+        """The graph as a networkx ``DiGraph`` (built on first use, importing networkx; cached)."""
+        if self._networkx is None:
+            self._networkx = self.graph.to_networkx()
+        return self._networkx
+
     def routing_tables(self, tie_break: TieBreak = "first") -> RoutingTables:
         """The cached next-hop tables of this network under a tie-break rule (built on first use)."""
         tables = self._routing_tables.get(tie_break)
@@ -318,7 +332,7 @@ class Network:
         return tables
 
 
-def _switch_capabilities(graph: nx.DiGraph, name: object) -> frozenset[str]:
+def _switch_capabilities(graph: LinkGraph, name: str) -> frozenset[str]:
     """What a switch node can reduce as (see the module docstring): its ``reduces`` attribute if
     set, else ``nvls`` for an NVSwitch of a cluster with NVLS (linked to devices by NVLink only) and
     ``sharp`` for an InfiniBand switch of a cluster with SHARP (no devices, InfiniBand links only)."""
@@ -367,9 +381,12 @@ def spread_route(net: Network, src: str, dst: str) -> list[str]:
 def networkx_route(net: Network, src: str, dst: str) -> list[str]:
     """A plain networkx Dijkstra on ``1 + latency`` weights: slow, with networkx's own tie-breaking.
 
-    Kept as a simple pluggable alternative and a cross-check of hop counts and latencies.
+    Kept as a simple pluggable alternative and a cross-check of hop counts and latencies (the one
+    router that imports networkx, on first use).
     """
-    g = net.graph
+    import networkx as nx
+
+    g = net.to_networkx()
     for end in (src, dst):
         if end not in g:
             raise TopologyError(f"unknown device {end!r} in cluster {net.name!r}")

@@ -61,13 +61,16 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import networkx as nx
 import numpy as np
 import numpy.typing as npt
 
 from parplan.errors import TopologyError
+from parplan.topology.graph import LinkGraph, as_link_graph, biconnected_blocks
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 IntArray = npt.NDArray[np.int64]
 TieBreak = Literal["first", "spread"]
@@ -265,7 +268,7 @@ class RoutingTables:
 
     def __init__(
         self,
-        graph: nx.DiGraph,
+        graph: LinkGraph | nx.DiGraph,
         tie_break: TieBreak = "first",
         name: str = "cluster",
         *,
@@ -275,6 +278,7 @@ class RoutingTables:
             raise TopologyError(f"unknown tie-break {tie_break!r}; valid: first, spread")
         self.tie_break: TieBreak = tie_break
         self.name = name
+        graph = as_link_graph(graph)
         self.nodes: tuple[Hashable, ...] = tuple(graph.nodes)
         self.index: dict[Hashable, int] = {n: i for i, n in enumerate(self.nodes)}
         n = len(self.nodes)
@@ -282,8 +286,7 @@ class RoutingTables:
         self._succ: list[dict[int, int]] = [{} for _ in range(n)]
         self._pred: list[dict[int, int]] = [{} for _ in range(n)]
         self._width: list[dict[int, float]] = [{} for _ in range(n)]
-        undirected = nx.Graph()
-        undirected.add_nodes_from(range(n))
+        undirected: list[dict[int, None]] = [{} for _ in range(n)]
         for u, v, data in graph.edges(data=True):
             if u == v:
                 continue
@@ -294,7 +297,7 @@ class RoutingTables:
             self._succ[iu][iv] = w
             self._pred[iv][iu] = w
             self._width[iu][iv] = float(data.get("bandwidth_Bps", math.inf))
-            undirected.add_edge(iu, iv)
+            undirected[iu][iv] = undirected[iv][iu] = None
         self._uniform = len({w for out in self._width for w in out.values()}) <= 1
         """One bandwidth on every link: widths never decide, and the plain tables serve."""
         self._init_blocks(undirected, n)
@@ -307,10 +310,9 @@ class RoutingTables:
         """How many (block, destination) tables have been computed, for benchmarks and tests."""
         self._lane = 0  # the lane of the path being walked (see the module docstring)
 
-    def _init_blocks(self, undirected: nx.Graph, n: int) -> None:
+    def _init_blocks(self, undirected: list[dict[int, None]], n: int) -> None:
         """Biconnected blocks and the block-cut forest, rooted per component, for path queries."""
-        blocks = [sorted(b) for b in nx.biconnected_components(undirected)]
-        blocks.sort(key=lambda b: b[0])
+        blocks = biconnected_blocks([list(nbrs) for nbrs in undirected])
         self._block_nodes = blocks
         nb = len(blocks)
         member: list[list[int]] = [[] for _ in range(n)]

@@ -102,7 +102,7 @@ def test_fat_tree_k4_has_16_hosts_and_20_switches() -> None:
             assert degree(net, n) == 4, n
     assert set(net.graph.successors("h5")) == {"pod1.edge0"}
     assert set(net.graph.successors("pod0.agg1")) == {"pod0.edge0", "pod0.edge1", "core2", "core3"}
-    assert nx.is_strongly_connected(net.graph)
+    assert nx.is_strongly_connected(net.to_networkx())
 
 
 def test_fat_tree_fewer_hosts_and_uplink() -> None:

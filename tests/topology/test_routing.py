@@ -124,7 +124,7 @@ def test_generated_topologies_equal_reference(backend: str) -> None:
         },
     ]  # fmt: skip
     for gen in specs:
-        g = network(generator=gen).graph
+        g = network(generator=gen).to_networkx()
         for tie_break in get_args(TieBreak):
             check_all_pairs(g, tie_break)
 
@@ -217,7 +217,7 @@ def test_spread_route_fans_out_over_core_switches() -> None:
     assert cores == {"core0", "core1", "core2", "core3"}
     for dst in net.devices[4:]:
         p = net.path("h0", dst)
-        assert len(p) == 7 and p == reference_path(net.graph, "h0", dst, "spread")
+        assert len(p) == 7 and p == reference_path(net.to_networkx(), "h0", dst, "spread")
 
 
 def test_route_channels_and_latency() -> None:
@@ -304,7 +304,7 @@ def test_ring_all_reduce_pairs_on_a_k26_fat_tree() -> None:
     assert latency_s == pytest.approx(hops * 1e-6)
     # a few dozen destination tables, not thousands of per-pair searches
     assert net.routing_tables().tables_built <= 64
-    assert net.path("h168", "h169") == reference_path(net.graph, "h168", "h169")
+    assert net.path("h168", "h169") == reference_path(net.to_networkx(), "h168", "h169")
 
 
 @pytest.mark.parametrize("tie_break", get_args(TieBreak))
@@ -314,7 +314,7 @@ def test_k8_fat_tree_sample_equals_reference_with_default_thresholds(tie_break: 
     rng = np.random.default_rng(7)
     for a, b in rng.integers(0, len(net.devices), size=(150, 2)).tolist():
         s, t = net.devices[a], net.devices[b]
-        assert tables.path(s, t) == reference_path(net.graph, s, t, tie_break), (s, t)
+        assert tables.path(s, t) == reference_path(net.to_networkx(), s, t, tie_break), (s, t)
     # a route between edge switches needed a table of the one big switch block, built in numpy
     assert tables.tables_built > 0
     assert any(block.use_numpy for block in tables._blocks.values())
