@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from parplan.api.search.chunks import ChunkBuilder, Micro, applies
 from parplan.api.search.space import FSDP_MODES, CandidateTable
 from parplan.api.sharded_analytic import (
     StageMicro,
@@ -33,7 +34,7 @@ from parplan.api.sharded_analytic import (
     assemble_step,
     stage_micro,
 )
-from parplan.plan.sharded.clock import CollectiveClock
+from parplan.plan.sharded.clock import CollectiveClock, GroupClock
 from parplan.plan.sharded.costs import CommCall, layout_plan, relayout_sync
 from parplan.plan.sharded.memory import (
     FRAGMENTATION_FRACTION,
@@ -89,18 +90,6 @@ class Evaluation:
     def take(self, rows: np.ndarray) -> Evaluation:
         """The figures of ``rows``, in that order."""
         return Evaluation(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
-
-
-@dataclass(frozen=True)
-class _Micro:
-    """One micro-batch key's figures on one structure: per stage ``[pp]``."""
-
-    micro: StageMicro
-    first_backward_s: np.ndarray
-    hop_s: float
-    microbatches: int
-    activations_bytes: np.ndarray
-    buffers_bytes: float
 
 
 @dataclass(frozen=True)
@@ -178,7 +167,9 @@ def _group(layout: ShardedLayout, axis: str, stage: int) -> tuple[str, ...]:
     return data[:block] if axis in ("ep", "dp_shard") else data[::block]
 
 
-def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> _Micro:
+def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> Micro:
+    """The reference path's figures of one micro-batch key (one laid-out plan), as a one-key
+    :class:`Micro`."""
     clock = _MeshClock(ctx, layout, times)
     strategy, pp = layout.strategy, layout.strategy.pp
     chunks = _chunk_sums(clock)
@@ -186,14 +177,27 @@ def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...],
     if pp > 1:
         call = CommCall("send_recv", layout.p2p_bytes, "pp", True, "p2p")
         hop = max(clock.seconds(call, s) for s in range(pp))
-    return _Micro(
-        micro=stage_micro(chunks, strategy.tp_comm_overlap),
-        first_backward_s=chunks.backward_s[:, 0],
-        hop_s=hop,
-        microbatches=layout.microbatches,
-        activations_bytes=np.asarray([stage_memory(ctx, layout, s).activations_bytes for s in range(pp)]),
-        buffers_bytes=microbatch_buffers(layout),
+    micro = stage_micro(chunks, strategy.tp_comm_overlap)
+    return Micro(
+        micro=StageMicro(*(np.asarray(getattr(micro, f.name))[None] for f in fields(StageMicro))),
+        first_backward_s=chunks.backward_s[None, :, 0],
+        hop_s=np.asarray([hop]),
+        microbatches=np.asarray([layout.microbatches]),
+        activations_bytes=np.asarray([[stage_memory(ctx, layout, s).activations_bytes for s in range(pp)]]),
+        buffers_bytes=np.asarray([microbatch_buffers(layout)]),
     )
+
+
+def _stack(micros: list[Micro]) -> Micro:
+    """One :class:`Micro` of several keys' (in order)."""
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(m, name) for m in micros])
+
+    micro = StageMicro(
+        *(np.concatenate([getattr(m.micro, f.name) for m in micros]) for f in fields(StageMicro))
+    )
+    return Micro(micro, *(cat(f.name) for f in fields(Micro) if f.name != "micro"))
 
 
 def _sync(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> _Sync:
@@ -230,7 +234,8 @@ class _Evaluator:
 
         self.ctx, self.search, self.table = ctx, search, table
         self.times: dict[tuple[Any, ...], float] = {}
-        shape = transformer_shape(ctx)
+        shape = self.shape = transformer_shape(ctx)
+        self.chunks = ChunkBuilder(ctx, shape, GroupClock(ctx.network, share_congruent=True))
         tokens = float(ctx.training.global_batch_size * shape.sequence_length)
         self.flops = float(model_flops_per_token(shape)) * tokens
         device = ctx.network.device(ctx.network.devices[0])
@@ -256,18 +261,19 @@ class _Evaluator:
             update = {"zero": 0, "fsdp": _COPIES_AS[row_strategy.fsdp]}
             strategies.append(row_strategy.model_copy(update=update))
         mesh = build_mesh(strategies[0], self.ctx.network)
-        layouts = [layout_plan(self.ctx, strategy, mesh) for strategy in strategies]
-        micros = [_micro(self.ctx, layout, self.times) for layout in layouts]
-        base = layouts[0]
+        base = layout_plan(self.ctx, strategies[0], mesh)
+        if applies(self.ctx, mesh, strategies[0], self.shape):
+            figures = self.chunks.build(mesh, strategies)
+        else:
+            layouts = [base, *(layout_plan(self.ctx, strategy, mesh) for strategy in strategies[1:])]
+            figures = _stack([_micro(self.ctx, layout, self.times) for layout in layouts])
         syncs = []
         for r in y_first:
             row = sub.strategy(int(r), self.search)
             update = {"zero": row.zero, "fsdp": row.fsdp, "aggregation": row.aggregation}
             strategy = base.strategy.model_copy(update=update)
             syncs.append(_sync(self.ctx, relayout_sync(self.ctx, base, strategy), self.times))
-        micro = StageMicro(
-            *(np.stack([getattr(m.micro, f.name) for m in micros])[k_index] for f in fields(StageMicro))
-        )
+        micro = StageMicro(*(getattr(figures.micro, f.name)[k_index] for f in fields(StageMicro)))
         sync = StageSync(
             *(
                 np.stack(
@@ -276,9 +282,9 @@ class _Evaluator:
                 for f in fields(StageSync)
             )
         )
-        m = np.asarray([k.microbatches for k in micros])[k_index][:, None]
-        hop = np.asarray([k.hop_s for k in micros])[k_index][:, None]
-        first_backward = np.stack([k.first_backward_s for k in micros])[k_index]
+        m = figures.microbatches[k_index][:, None]
+        hop = figures.hop_s[k_index][:, None]
+        first_backward = figures.first_backward_s[k_index]
         pp, v = int(sub.pp[0]), int(sub.virtual_stages[0])
         step = assemble_step(micro, sync, first_backward, hop, (pp, v, m))
         total = step.step_s[:, 0]
@@ -286,7 +292,7 @@ class _Evaluator:
         achieved = np.where(total > 0, self.flops / np.where(total > 0, total, 1.0) / sub.devices, 0.0)
         self.mfu[rows] = achieved / self.peak if self.peak > 0 else 0.0
         self._bound(rows, micro, sync, step, m)
-        self._memory(rows, micros, syncs, k_index, y_index)
+        self._memory(rows, figures, syncs, k_index, y_index)
 
     def _bound(
         self, rows: np.ndarray, micro: StageMicro, sync: StageSync, step: StepFigures, m: np.ndarray
@@ -310,17 +316,11 @@ class _Evaluator:
         self.bound[rows] = np.argmax(parts, axis=1)
 
     def _memory(
-        self,
-        rows: np.ndarray,
-        micros: list[_Micro],
-        syncs: list[_Sync],
-        k_index: np.ndarray,
-        y_index: np.ndarray,
+        self, rows: np.ndarray, figures: Micro, syncs: list[_Sync], k_index: np.ndarray, y_index: np.ndarray
     ) -> None:
-        activations = np.stack([k.activations_bytes for k in micros])[k_index]
+        activations = figures.activations_bytes[k_index]
         buffers = (
-            np.asarray([k.buffers_bytes for k in micros])[k_index][:, None]
-            + np.stack([y.buffers_bytes for y in syncs])[y_index]
+            figures.buffers_bytes[k_index][:, None] + np.stack([y.buffers_bytes for y in syncs])[y_index]
         )
         states = np.stack([y.states_bytes for y in syncs])[y_index]
         capacity = np.stack([y.capacity_bytes for y in syncs])[y_index]
