@@ -25,6 +25,7 @@ import numpy as np
 
 from parplan.api.search.chunks import ChunkBuilder, Micro, applies
 from parplan.api.search.space import FSDP_MODES, CandidateTable
+from parplan.api.search.stages import Sync, SyncBuilder
 from parplan.api.sharded_analytic import (
     StageMicro,
     StageSync,
@@ -90,21 +91,6 @@ class Evaluation:
     def take(self, rows: np.ndarray) -> Evaluation:
         """The figures of ``rows``, in that order."""
         return Evaluation(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
-
-
-@dataclass(frozen=True)
-class _Sync:
-    """One sync key's figures on one structure: per stage ``[pp]``."""
-
-    sync: StageSync
-    states_bytes: np.ndarray
-    buffers_bytes: np.ndarray
-    capacity_bytes: np.ndarray
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """``(pp,)``: what the sync flags broadcast to."""
-        return tuple(np.shape(self.sync.gather_sum_s))
 
 
 class _MeshClock(CollectiveClock):
@@ -200,16 +186,28 @@ def _stack(micros: list[Micro]) -> Micro:
     return Micro(micro, *(cat(f.name) for f in fields(Micro) if f.name != "micro"))
 
 
-def _sync(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> _Sync:
+def _sync(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> Sync:
+    """The layout path's figures of one sync key (one re-laid plan), as a one-key :class:`Sync`."""
     clock = _MeshClock(ctx, layout, times)
     pp = layout.strategy.pp
     memory = [stage_memory(ctx, layout, s) for s in range(pp)]
-    return _Sync(
-        sync=_stage_sync(clock),
-        states_bytes=np.asarray([m.params_bytes + m.grads_bytes + m.optimizer_bytes for m in memory]),
-        buffers_bytes=np.asarray([sync_buffers(ctx, layout, s) for s in range(pp)]),
-        capacity_bytes=np.asarray([m.capacity_bytes for m in memory]),
+    sync = _stage_sync(clock)
+    return Sync(
+        sync=StageSync(*(np.broadcast_to(getattr(sync, f.name), (pp,))[None] for f in fields(StageSync))),
+        states_bytes=np.asarray([[m.params_bytes + m.grads_bytes + m.optimizer_bytes for m in memory]]),
+        buffers_bytes=np.asarray([[sync_buffers(ctx, layout, s) for s in range(pp)]]),
+        capacity_bytes=np.asarray([[m.capacity_bytes for m in memory]]),
     )
+
+
+def _stack_sync(syncs: list[Sync]) -> Sync:
+    """One :class:`Sync` of several keys' (in order)."""
+
+    def cat(values: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(values)
+
+    sync = StageSync(*(cat([getattr(y.sync, f.name) for y in syncs]) for f in fields(StageSync)))
+    return Sync(sync, *(cat([getattr(y, f.name) for y in syncs]) for f in fields(Sync) if f.name != "sync"))
 
 
 def _keys(
@@ -235,7 +233,9 @@ class _Evaluator:
         self.ctx, self.search, self.table = ctx, search, table
         self.times: dict[tuple[Any, ...], float] = {}
         shape = self.shape = transformer_shape(ctx)
-        self.chunks = ChunkBuilder(ctx, shape, GroupClock(ctx.network, share_congruent=True))
+        clock = GroupClock(ctx.network, share_congruent=True)
+        self.chunks = ChunkBuilder(ctx, shape, clock)
+        self.stages = SyncBuilder(ctx, shape, clock)
         tokens = float(ctx.training.global_batch_size * shape.sequence_length)
         self.flops = float(model_flops_per_token(shape)) * tokens
         device = ctx.network.device(ctx.network.devices[0])
@@ -262,26 +262,24 @@ class _Evaluator:
             strategies.append(row_strategy.model_copy(update=update))
         mesh = build_mesh(strategies[0], self.ctx.network)
         base = layout_plan(self.ctx, strategies[0], mesh)
-        if applies(self.ctx, mesh, strategies[0], self.shape):
+        fast = applies(self.ctx, mesh, strategies[0], self.shape)
+        if fast:
             figures = self.chunks.build(mesh, strategies)
         else:
             layouts = [base, *(layout_plan(self.ctx, strategy, mesh) for strategy in strategies[1:])]
             figures = _stack([_micro(self.ctx, layout, self.times) for layout in layouts])
-        syncs = []
+        sync_strategies = []
         for r in y_first:
             row = sub.strategy(int(r), self.search)
             update = {"zero": row.zero, "fsdp": row.fsdp, "aggregation": row.aggregation}
-            strategy = base.strategy.model_copy(update=update)
-            syncs.append(_sync(self.ctx, relayout_sync(self.ctx, base, strategy), self.times))
+            sync_strategies.append(base.strategy.model_copy(update=update))
+        if fast:
+            states = self.stages.build(mesh, sync_strategies)
+        else:
+            layouts = [relayout_sync(self.ctx, base, strategy) for strategy in sync_strategies]
+            states = _stack_sync([_sync(self.ctx, layout, self.times) for layout in layouts])
         micro = StageMicro(*(getattr(figures.micro, f.name)[k_index] for f in fields(StageMicro)))
-        sync = StageSync(
-            *(
-                np.stack(
-                    [np.broadcast_to(getattr(y.sync, f.name), y.sync.gather_sum_s.shape) for y in syncs]
-                )[y_index]
-                for f in fields(StageSync)
-            )
-        )
+        sync = StageSync(*(getattr(states.sync, f.name)[y_index] for f in fields(StageSync)))
         m = figures.microbatches[k_index][:, None]
         hop = figures.hop_s[k_index][:, None]
         first_backward = figures.first_backward_s[k_index]
@@ -292,7 +290,7 @@ class _Evaluator:
         achieved = np.where(total > 0, self.flops / np.where(total > 0, total, 1.0) / sub.devices, 0.0)
         self.mfu[rows] = achieved / self.peak if self.peak > 0 else 0.0
         self._bound(rows, micro, sync, step, m)
-        self._memory(rows, figures, syncs, k_index, y_index)
+        self._memory(rows, figures, states, k_index, y_index)
 
     def _bound(
         self, rows: np.ndarray, micro: StageMicro, sync: StageSync, step: StepFigures, m: np.ndarray
@@ -316,16 +314,17 @@ class _Evaluator:
         self.bound[rows] = np.argmax(parts, axis=1)
 
     def _memory(
-        self, rows: np.ndarray, figures: Micro, syncs: list[_Sync], k_index: np.ndarray, y_index: np.ndarray
+        self, rows: np.ndarray, figures: Micro, states: Sync, k_index: np.ndarray, y_index: np.ndarray
     ) -> None:
         activations = figures.activations_bytes[k_index]
-        buffers = (
-            figures.buffers_bytes[k_index][:, None] + np.stack([y.buffers_bytes for y in syncs])[y_index]
+        buffers = figures.buffers_bytes[k_index][:, None] + states.buffers_bytes[y_index]
+        total = (
+            states.states_bytes[y_index]
+            + activations
+            + (buffers + FRAGMENTATION_FRACTION * (activations + buffers))
         )
-        states = np.stack([y.states_bytes for y in syncs])[y_index]
-        capacity = np.stack([y.capacity_bytes for y in syncs])[y_index]
-        total = states + activations + (buffers + FRAGMENTATION_FRACTION * (activations + buffers))
         self.memory[rows] = total.max(axis=1)
+        capacity = states.capacity_bytes[y_index]
         self.fits[rows] = np.all(total <= capacity * (1.0 - self.search.memory_headroom), axis=1)
 
 
