@@ -32,7 +32,7 @@ from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.sharded.comm import CommCall, LayerComm
 from parplan.plan.sharded.costs import block_figures, chunk_calls, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
-from parplan.plan.sharded.mesh import microbatches_per_pipeline
+from parplan.plan.sharded.mesh import build_mesh, microbatches_per_pipeline
 from parplan.plan.sharded.parts import block_unit, embedding_unit, fsdp_copy_seconds, head_unit, p2p_bytes
 from parplan.plan.sharded.sync import UnitParams
 
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from parplan.plan.sharded.clock import GroupClock
     from parplan.plan.sharded.costs import ShardedLayout
     from parplan.plan.sharded.mesh import Mesh
-    from parplan.topology.network import DeviceInfo
+    from parplan.topology.network import DeviceInfo, Network
 
 _CHUNK_AXES = ("tp", "cp", "ep")
 """The groups a chunk's calls run in."""
@@ -91,9 +91,10 @@ def _kind(info: DeviceInfo) -> DeviceInfo:
     return replace(info, name="", group=None)  # alike devices time alike (costs.layout_plan's rule)
 
 
-def group_of(mesh: Mesh, axis: str, stage: int) -> tuple[str, ...]:
+def group_of(mesh: Mesh, axis: str, stage: int, data: tuple[str, ...] | None = None) -> tuple[str, ...]:
     """:meth:`Mesh.group` of stage ``stage``'s first device on the default placement (tp, cp, pp,
-    dp innermost first), by rank arithmetic; ``pp`` the stage and its successor."""
+    dp innermost first), by rank arithmetic; ``pp`` the stage and its successor. ``data``: the
+    stage's ``dp_cp`` group when already known (the other data axes are cut from it)."""
     tp, cp, pp, dp = mesh.tp, mesh.cp, mesh.pp, mesh.dp
     devices, base = mesh.devices, stage * tp * cp
     if axis == "pp":
@@ -106,11 +107,53 @@ def group_of(mesh: Mesh, axis: str, stage: int) -> tuple[str, ...]:
         return devices[base :: tp * cp * pp][:dp]
     if axis == "embedding":
         return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
-    data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
+    if data is None:
+        data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
     if axis == "dp_cp":
         return data
     block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
     return data[:block] if axis in ("ep", "dp_shard") else data[::block]
+
+
+class Meshes:
+    """:func:`~parplan.plan.sharded.mesh.build_mesh` for a search's plans (the default placement on
+    the cluster's first devices), reading the devices' nodes from the graph once per search
+    instead of once per plan; anything else, or a plan ``build_mesh`` would refuse, goes to
+    ``build_mesh`` itself. A test holds the two equal."""
+
+    def __init__(self, network: Network) -> None:
+        self.network = network
+        self._devices = tuple(network.devices)
+        self._nodes: tuple[str, ...] | None = None
+
+    def build(self, strategy: ShardedStrategy) -> Mesh:
+        """The mesh of ``strategy`` (module docstring of :mod:`parplan.plan.sharded.mesh`)."""
+        from parplan.config.strategy import DEFAULT_PLACEMENT
+        from parplan.plan.sharded.mesh import Mesh
+
+        s = strategy
+        dp = s.dp
+        custom = s.devices is not None or tuple(s.placement) != DEFAULT_PLACEMENT
+        if custom or dp is None or dp * s.tp * s.pp * s.cp > len(self._devices) or (dp * s.cp) % s.ep:
+            return build_mesh(strategy, self.network)
+        if self._nodes is None:
+            attrs = self.network.graph.nodes
+            self._nodes = tuple(attrs[d].get("group") or d for d in self._devices)
+        need = dp * s.tp * s.pp * s.cp
+        devices, nodes = self._devices[:need], self._nodes[:need]
+        sizes = {"tp": s.tp, "cp": s.cp, "pp": s.pp, "dp": dp, "ep": s.ep}
+        data = dp * s.cp
+        shard = s.shard_group
+        if shard is None:
+            shard = data
+            if s.fsdp == "hybrid_shard":  # the dp_cp ranks of the first device's node
+                stride = s.tp * s.cp * s.pp
+                ranks = (c * s.tp + d * stride for d in range(dp) for c in range(s.cp))
+                shard = sum(1 for r in ranks if nodes[r] == nodes[0])
+        if data % shard:
+            return build_mesh(strategy, self.network)
+        digits = tuple((axis, sizes[axis]) for axis in DEFAULT_PLACEMENT)
+        return Mesh(devices=devices, sizes={**sizes, "dp_shard": shard}, digits=digits, nodes=nodes)
 
 
 def stage_groups(
@@ -139,6 +182,8 @@ class ChunkBuilder:
         self._blocks: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._times: dict[tuple[Any, ...], float] = {}
         self._held: dict[tuple[Any, ...], np.ndarray] = {}
+        self._sums: dict[tuple[Any, ...], np.ndarray] = {}
+        self._kinds: dict[str, DeviceInfo] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -150,19 +195,18 @@ class ChunkBuilder:
             found = self._times[key] = self.clock.seconds(call, group)
         return found
 
+    def _key(self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
+        """What one block's figures depend on."""
+        kind = self._kinds.get(info.name)
+        if kind is None:
+            kind = self._kinds[info.name] = _kind(info)
+        # pp > 1: the head holds the tied embedding's copy (parts.head_unit)
+        return (s.tp, s.cp, mesh.ep, s.microbatch_size, s.sequence_parallel, s.recompute, s.pp > 1, kind)
+
     def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
         """(block, embedding, head compute; block, embedding, head calls; units; activations)."""
         s = strategy
-        key = (
-            s.tp,
-            s.cp,
-            mesh.ep,
-            s.microbatch_size,
-            s.sequence_parallel,
-            s.recompute,
-            s.pp > 1,  # the head holds the tied embedding's copy (parts.head_unit)
-            _kind(info),
-        )
+        key = self._key(s, mesh, info)
         found = self._blocks.get(key)
         if found is None:
             from parplan.model.transformer import block_activation_bytes
@@ -216,7 +260,10 @@ class ChunkBuilder:
             return_inverse=True,
         )
         info = self.ctx.network.device(mesh.device({"pp": 0}))
-        sums = np.stack([self._chunk_sums(s, mesh, info, types, groups) for s in strategies])  # [K, T, 13]
+        shared = (types.tobytes(), types.shape, tuple(groups))  # what the sums read of the structure
+        sums = np.stack(
+            [self._memo_sums(s, mesh, info, types, groups, shared) for s in strategies]
+        )  # [K, T, 13]
         per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 13]
         grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 13]
         chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
@@ -244,6 +291,22 @@ class ChunkBuilder:
             activations_bytes=np.stack(activations),
             buffers_bytes=np.asarray(buffers),
         )
+
+    def _memo_sums(
+        self,
+        s: ShardedStrategy,
+        mesh: Mesh,
+        info: DeviceInfo,
+        types: np.ndarray,
+        groups: list[tuple[Any, ...]],
+        shared: tuple[Any, ...],
+    ) -> np.ndarray:
+        """:meth:`_chunk_sums`, memoised: structures alike but for dp (device counts) share them."""
+        key = (self._key(s, mesh, info), s.fsdp, shared)
+        found = self._sums.get(key)
+        if found is None:
+            found = self._sums[key] = self._chunk_sums(s, mesh, info, types, groups)
+        return found
 
     def _chunk_sums(
         self,

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from parplan.api.search.chunks import group_of
+from parplan.api.search.chunks import Meshes, group_of
 from parplan.api.sharded_analytic import StageSync
 from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import split_layers
 from parplan.plan.sharded.memory import sync_buffers
-from parplan.plan.sharded.mesh import build_mesh
 from parplan.plan.sharded.parts import block_unit, embedding_unit, head_unit
+from parplan.plan.sharded.sync import StageSync as StageCalls
 from parplan.plan.sharded.sync import (
     UnitParams,
     fully_sharded,
@@ -70,10 +70,11 @@ class _View:
 class SyncBuilder:
     """Builds :class:`Sync` for one structure's sync keys (module docstring)."""
 
-    def __init__(self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock) -> None:
-        self.ctx, self.shape, self.clock = ctx, shape, clock
+    def __init__(self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock, meshes: Meshes) -> None:
+        self.ctx, self.shape, self.clock, self.meshes = ctx, shape, clock, meshes
         self._times: dict[tuple[Any, ...], float] = {}
         self._params: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._fixed_memo: dict[tuple[Any, ...], tuple[StageCalls, tuple[float, ...]]] = {}
 
     def _seconds(self, call: CommCall, group: tuple[str, ...], algorithm: Any) -> float:
         key = (group, call.collective, call.size_bytes, algorithm if call.axis in _DP_AXES else None)
@@ -89,7 +90,8 @@ class SyncBuilder:
         types: dict[tuple[Any, ...], int] = {}
         index = np.empty(pp, dtype=np.intp)
         for s in range(pp):
-            groups = tuple(self.clock.canonical(group_of(mesh, a, s)) for a in _SYNC_AXES)
+            data = group_of(mesh, "dp_cp", s)
+            groups = tuple(self.clock.canonical(group_of(mesh, a, s, data)) for a in _SYNC_AXES)
             key = (s == 0, s == pp - 1, tuple(counts[vc * pp + s] for vc in range(v)), groups)
             index[s] = types.setdefault(key, len(types))
         return index, list(types)
@@ -130,7 +132,7 @@ class SyncBuilder:
         for strategy in strategies:
             mesh = base
             if strategy.fsdp == "hybrid_shard":
-                hybrid = mesh = hybrid or build_mesh(strategy, self.ctx.network)
+                hybrid = mesh = hybrid or self.meshes.build(strategy)
             if id(mesh) not in staged:
                 staged[id(mesh)] = self._stages(mesh, strategy.virtual_stages)
             index, kinds = staged[id(mesh)]
@@ -158,11 +160,33 @@ class SyncBuilder:
 
     def _stage(self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]) -> tuple[float, ...]:
         """One stage type's (gather first, gather sum, scatter last, scatter sum, extra, optimizer,
-        model state bytes, sync buffer bytes, gradient calls)."""
+        model state bytes, sync buffer bytes, gradient calls): the calls and what does not
+        depend on the all-reduce algorithm memoised (:meth:`_fixed`), the gradient calls timed."""
+        calls, fixed = self._fixed(strategy, mesh, kind)
+        groups = dict(zip(_SYNC_AXES, kind[3], strict=True))
+        algorithm = strategy.aggregation.algorithm
+        timed: dict[CommCall, float] = {}  # a stage's blocks make equal calls: time each once
+        scatters = [
+            timed[c] if c in timed else timed.setdefault(c, self._seconds(c, groups[c.axis], algorithm))
+            for c in calls.grad_sync
+        ]
+        last = scatters[-1] if scatters else 0.0
+        return (fixed[0], fixed[1], last, sum(scatters), *fixed[2:])
+
+    def _fixed(
+        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
+    ) -> tuple[StageCalls, tuple[float, ...]]:
+        """A stage type's calls, and its (gather first, gather sum, extra, optimizer, state
+        bytes, buffer bytes, gradient calls), alike for every all-reduce algorithm."""
+        s = strategy
+        key = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, s.shard_group, mesh.sizes["dp_shard"], kind)
+        found = self._fixed_memo.get(key)
+        if found is not None:
+            return found
         spec, shape = self.ctx.model_spec, self.shape
         first, last = kind[0], kind[1]
         groups = dict(zip(_SYNC_AXES, kind[3], strict=True))
-        algorithm = strategy.aggregation.algorithm
+        algorithm = strategy.aggregation.algorithm  # no call here is a data-parallel all-reduce
         units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
         data = mesh.dp * mesh.cp
         expert_ranks = data // mesh.ep
@@ -175,8 +199,11 @@ class SyncBuilder:
             data_ranks=data,
             expert_ranks=expert_ranks,
         )
-        gathers = [self._seconds(c, groups[c.axis], algorithm) for c in calls.param_gather]
-        scatters = [self._seconds(c, groups[c.axis], algorithm) for c in calls.grad_sync]
+        timed: dict[CommCall, float] = {}  # a stage's blocks make equal calls: time each once
+        gathers = [
+            timed[c] if c in timed else timed.setdefault(c, self._seconds(c, groups[c.axis], algorithm))
+            for c in calls.param_gather
+        ]
         extra = 0.0
         if shape.tie_embeddings and mesh.pp > 1 and (first or last):
             size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
@@ -188,17 +215,17 @@ class SyncBuilder:
         optimizer = owned * optimizer_bytes_moved_per_param(spec) / memory_bandwidth_Bps(info)
         view = _View(strategy, (calls.param_gather,), (calls.grad_sync,))
         buffers = sync_buffers(self.ctx, cast("ShardedLayout", view), 0)
-        return (
+        fixed = (
             gathers[0] if gathers else 0.0,
             sum(gathers),
-            scatters[-1] if scatters else 0.0,
-            sum(scatters),
             extra,
             optimizer,
             self._states(strategy, mesh, kind),
             buffers,
             float(bool(calls.grad_sync)),
         )
+        found = self._fixed_memo[key] = (calls, fixed)
+        return found
 
     def _states(self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]) -> float:
         """Weights, gradients and optimizer state in bytes (``stage_memory``'s terms)."""

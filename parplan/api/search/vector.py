@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parplan.api.search.chunks import ChunkBuilder, Micro, applies
+from parplan.api.search.chunks import ChunkBuilder, Meshes, Micro, applies, group_of
 from parplan.api.search.space import FSDP_MODES, CandidateTable
 from parplan.api.search.stages import Sync, SyncBuilder
 from parplan.api.sharded_analytic import (
@@ -43,7 +43,6 @@ from parplan.plan.sharded.memory import (
     stage_memory,
     sync_buffers,
 )
-from parplan.plan.sharded.mesh import build_mesh
 
 if TYPE_CHECKING:
     from parplan.config.search import SearchSpec
@@ -134,23 +133,7 @@ def _group(layout: ShardedLayout, axis: str, stage: int) -> tuple[str, ...]:
         if axis == "pp":
             return (mesh.device({"pp": stage}), mesh.device({"pp": (stage + 1) % mesh.pp}))
         return mesh.group(axis, mesh.device({"pp": stage}))  # type: ignore[arg-type]
-    tp, cp, pp, dp = mesh.tp, mesh.cp, mesh.pp, mesh.dp
-    devices, base = mesh.devices, stage * tp * cp
-    if axis == "pp":
-        return (devices[base], devices[((stage + 1) % pp) * tp * cp])
-    if axis == "tp":
-        return devices[base : base + tp]
-    if axis == "cp":
-        return devices[base : base + tp * cp : tp]
-    if axis == "dp":
-        return devices[base :: tp * cp * pp][:dp]
-    if axis == "embedding":
-        return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
-    data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
-    if axis == "dp_cp":
-        return data
-    block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
-    return data[:block] if axis in ("ep", "dp_shard") else data[::block]
+    return group_of(mesh, axis, stage)
 
 
 def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> Micro:
@@ -235,7 +218,8 @@ class _Evaluator:
         shape = self.shape = transformer_shape(ctx)
         clock = GroupClock(ctx.network, share_congruent=True)
         self.chunks = ChunkBuilder(ctx, shape, clock)
-        self.stages = SyncBuilder(ctx, shape, clock)
+        self.meshes = Meshes(ctx.network)
+        self.stages = SyncBuilder(ctx, shape, clock, self.meshes)
         tokens = float(ctx.training.global_batch_size * shape.sequence_length)
         self.flops = float(model_flops_per_token(shape)) * tokens
         device = ctx.network.device(ctx.network.devices[0])
@@ -260,24 +244,20 @@ class _Evaluator:
             row_strategy = sub.strategy(int(r), self.search)
             update = {"zero": 0, "fsdp": _COPIES_AS[row_strategy.fsdp]}
             strategies.append(row_strategy.model_copy(update=update))
-        mesh = build_mesh(strategies[0], self.ctx.network)
-        base = layout_plan(self.ctx, strategies[0], mesh)
-        fast = applies(self.ctx, mesh, strategies[0], self.shape)
-        if fast:
-            figures = self.chunks.build(mesh, strategies)
-        else:
-            layouts = [base, *(layout_plan(self.ctx, strategy, mesh) for strategy in strategies[1:])]
-            figures = _stack([_micro(self.ctx, layout, self.times) for layout in layouts])
+        mesh = self.meshes.build(strategies[0])
         sync_strategies = []
         for r in y_first:
             row = sub.strategy(int(r), self.search)
             update = {"zero": row.zero, "fsdp": row.fsdp, "aggregation": row.aggregation}
-            sync_strategies.append(base.strategy.model_copy(update=update))
-        if fast:
+            sync_strategies.append(strategies[0].model_copy(update=update))
+        if applies(self.ctx, mesh, strategies[0], self.shape):
+            figures = self.chunks.build(mesh, strategies)
             states = self.stages.build(mesh, sync_strategies)
         else:
-            layouts = [relayout_sync(self.ctx, base, strategy) for strategy in sync_strategies]
-            states = _stack_sync([_sync(self.ctx, layout, self.times) for layout in layouts])
+            layouts = [layout_plan(self.ctx, strategy, mesh) for strategy in strategies]
+            figures = _stack([_micro(self.ctx, layout, self.times) for layout in layouts])
+            relaid = [relayout_sync(self.ctx, layouts[0], strategy) for strategy in sync_strategies]
+            states = _stack_sync([_sync(self.ctx, layout, self.times) for layout in relaid])
         micro = StageMicro(*(getattr(figures.micro, f.name)[k_index] for f in fields(StageMicro)))
         sync = StageSync(*(getattr(states.sync, f.name)[y_index] for f in fields(StageSync)))
         m = figures.microbatches[k_index][:, None]

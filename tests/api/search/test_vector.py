@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from parplan.api.search import vector
-from parplan.api.search.chunks import applies
+from parplan.api.search.chunks import Meshes, applies
 from parplan.api.search.space import CandidateTable, enumerate_space
 from parplan.api.search.vector import BOUND_NAMES, Evaluation, evaluate_candidates
 from parplan.api.sharded_analytic import evaluate_sharded
@@ -105,3 +105,23 @@ def test_order_of_rows_does_not_change_figures() -> None:
     assert np.array_equal(ev.step_time_s[back], ev2.step_time_s)
     assert np.array_equal(ev.peak_memory_bytes[back], ev2.peak_memory_bytes)
     assert np.array_equal(ev.take(back).bound, ev2.bound)
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_search_meshes_equal_build_mesh(name: str) -> None:
+    """:class:`chunks.Meshes` gives :func:`build_mesh`'s mesh for every structure of the space,
+    with and without hybrid sharding."""
+    _, ctx = sample(name)
+    search = _search(name)
+    table, _ = enumerate_space(ctx, search)
+    meshes = Meshes(ctx.network)
+    _, first = np.unique(
+        np.stack([table.devices, table.tp, table.pp, table.cp, table.ep], axis=1), axis=0, return_index=True
+    )
+    for row in first:
+        strategy = table.strategy(int(row), search)
+        for fsdp in ("none", "hybrid_shard"):
+            variant = strategy.model_copy(update={"fsdp": fsdp, "zero": 0})
+            mine, theirs = meshes.build(variant), build_mesh(variant, ctx.network)
+            assert mine == theirs, table.label(int(row))
+            assert mine.sizes == theirs.sizes
