@@ -9,11 +9,15 @@ is the one :func:`~parplan.api.sharded_analytic.evaluate_layout` runs, here on a
 *structure* (devices, dp, tp, pp, cp, ep, virtual stages), a *micro-batch* key (micro-batch size,
 SP, recomputation: the per-chunk compute and TP/CP/EP calls, the activations, the pipeline hops)
 and a *sync* key (ZeRO, FSDP, algorithm, bucket: the data-parallel calls, the optimizer, the model
-state). Per structure the micro-batch figures are laid out once per micro-batch key and the sync
-figures once per sync key (by :func:`~parplan.plan.sharded.costs.layout_plan` and the
-:class:`~parplan.plan.sharded.clock.CollectiveClock`, whose per-group collective times are cached
-per cluster), then every candidate of the structure is assembled from them with numpy. Memory
-follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term.
+state). Per structure the micro-batch keys' figures come from per-block figures as arrays
+(:mod:`~parplan.api.search.chunks`) and the sync keys' per kind of stage
+(:mod:`~parplan.api.search.stages`), both without laying a plan out and both equal to the layout
+path's bit for bit; then every candidate of the structure is assembled from them with numpy. Memory
+follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term. Structures the array path
+does not cover (:func:`~parplan.api.search.chunks.applies`: blocks of two kinds, mixed devices)
+take the layout path: per micro-batch key one :func:`~parplan.plan.sharded.costs.layout_plan`,
+per sync key one :func:`~parplan.plan.sharded.costs.relayout_sync`, timed by a
+:class:`~parplan.plan.sharded.clock.CollectiveClock` sharing congruent groups.
 """
 
 from __future__ import annotations
