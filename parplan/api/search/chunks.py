@@ -183,6 +183,7 @@ class ChunkBuilder:
         self._times: dict[tuple[Any, ...], float] = {}
         self._held: dict[tuple[Any, ...], np.ndarray] = {}
         self._sums: dict[tuple[Any, ...], np.ndarray] = {}
+        self._rows: dict[tuple[Any, ...], np.ndarray] = {}
         self._kinds: dict[str, DeviceInfo] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
@@ -341,9 +342,8 @@ class ChunkBuilder:
         )
         compute[0] = compute[0] + copy_f
         compute[1] = compute[1] + copy_b
-        comm = np.stack([self._comm(calls, groups[int(c)], first, last, on) for c in types[:, 3]], axis=0)
-        # each type's comm row was built for every type; keep the type's own
-        own = comm[np.arange(len(types)), np.arange(len(types))]
+        by_class = {c: self._comm(calls, groups[c], first, last, on) for c in set(types[:, 3].tolist())}
+        own = np.stack([by_class[int(c)][t] for t, c in enumerate(types[:, 3])])  # each type's class
         return np.concatenate([np.stack(compute, axis=1), own], axis=1)
 
     def _comm(
@@ -358,7 +358,14 @@ class ChunkBuilder:
         block, emb, head = calls
         axis_group = dict(zip(_CHUNK_AXES, groups, strict=True))
 
-        def row(seq: Sequence[CommCall], forward: bool) -> np.ndarray:
+        def row(seq: tuple[CommCall, ...], forward: bool) -> np.ndarray:
+            key = (seq, forward, groups)
+            found = self._rows.get(key)
+            if found is None:
+                found = self._rows[key] = timed(seq, forward)
+            return found
+
+        def timed(seq: Sequence[CommCall], forward: bool) -> np.ndarray:
             out = np.zeros((_COMM_FIELDS, len(seq)))
             for j, c in enumerate(seq):
                 t = self.seconds(c, axis_group[c.axis])
@@ -377,7 +384,7 @@ class ChunkBuilder:
             tiled = np.tile(pattern, (1, on.shape[1]))[None]  # [1, 8, width k]
             return np.where(np.repeat(on, k, axis=1)[:, None, :], tiled, 0.0)
 
-        def ends(seq: Sequence[CommCall], forward: bool, mask: np.ndarray) -> np.ndarray:
+        def ends(seq: tuple[CommCall, ...], forward: bool, mask: np.ndarray) -> np.ndarray:
             return np.where(mask[:, None, None], row(seq, forward)[None], 0.0)
 
         parts = [

@@ -83,6 +83,17 @@ class SyncBuilder:
             found = self._times[key] = self.clock.seconds(call, group, algorithm)
         return found
 
+    def _timed(
+        self, timed: dict[tuple[Any, ...], float], call: CommCall, groups: dict[str, Any], algorithm: Any
+    ) -> float:
+        """:meth:`_seconds` of ``call`` in its stage's group, memoised in ``timed`` on what a call's
+        time depends on (not its label)."""
+        key = (call.collective, call.size_bytes, call.axis)
+        found = timed.get(key)
+        if found is None:
+            found = timed[key] = self._seconds(call, groups[call.axis], algorithm)
+        return found
+
     def _stages(self, mesh: Mesh, v: int) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
         """Each stage's type index (``[pp]``) and the types: (first, last, chunk blocks, groups)."""
         pp = mesh.pp
@@ -165,11 +176,8 @@ class SyncBuilder:
         calls, fixed = self._fixed(strategy, mesh, kind)
         groups = dict(zip(_SYNC_AXES, kind[3], strict=True))
         algorithm = strategy.aggregation.algorithm
-        timed: dict[CommCall, float] = {}  # a stage's blocks make equal calls: time each once
-        scatters = [
-            timed[c] if c in timed else timed.setdefault(c, self._seconds(c, groups[c.axis], algorithm))
-            for c in calls.grad_sync
-        ]
+        timed: dict[tuple[Any, ...], float] = {}  # a stage's blocks make alike calls: time each once
+        scatters = [self._timed(timed, c, groups, algorithm) for c in calls.grad_sync]
         last = scatters[-1] if scatters else 0.0
         return (fixed[0], fixed[1], last, sum(scatters), *fixed[2:])
 
@@ -199,11 +207,8 @@ class SyncBuilder:
             data_ranks=data,
             expert_ranks=expert_ranks,
         )
-        timed: dict[CommCall, float] = {}  # a stage's blocks make equal calls: time each once
-        gathers = [
-            timed[c] if c in timed else timed.setdefault(c, self._seconds(c, groups[c.axis], algorithm))
-            for c in calls.param_gather
-        ]
+        timed: dict[tuple[Any, ...], float] = {}  # a stage's blocks make alike calls: time each once
+        gathers = [self._timed(timed, c, groups, algorithm) for c in calls.param_gather]
         extra = 0.0
         if shape.tie_embeddings and mesh.pp > 1 and (first or last):
             size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
