@@ -32,7 +32,7 @@ from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.sharded.comm import CommCall, LayerComm
 from parplan.plan.sharded.costs import block_figures, chunk_calls, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
-from parplan.plan.sharded.mesh import build_mesh, microbatches_per_pipeline
+from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
 from parplan.plan.sharded.parts import block_unit, embedding_unit, fsdp_copy_seconds, head_unit, p2p_bytes
 from parplan.plan.sharded.sync import UnitParams
 
@@ -134,6 +134,7 @@ class Meshes:
         s = strategy
         dp = s.dp
         custom = s.devices is not None or tuple(s.placement) != DEFAULT_PLACEMENT
+        custom = custom or (s.virtual_stages > 1 and s.schedule != INTERLEAVED_SCHEDULE)
         if custom or dp is None or dp * s.tp * s.pp * s.cp > len(self._devices) or (dp * s.cp) % s.ep:
             return build_mesh(strategy, self.network)
         if self._nodes is None:

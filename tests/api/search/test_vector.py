@@ -13,6 +13,7 @@ from parplan.api.search.space import CandidateTable, enumerate_space
 from parplan.api.search.vector import BOUND_NAMES, Evaluation, evaluate_candidates
 from parplan.api.sharded_analytic import evaluate_sharded
 from parplan.config.search import SearchSpec
+from parplan.errors import PlanError
 from parplan.plan.sharded.costs import transformer_shape
 from parplan.plan.sharded.mesh import build_mesh
 from tests.api.search.helpers import LLM_SAMPLES, sample
@@ -125,3 +126,18 @@ def test_search_meshes_equal_build_mesh(name: str) -> None:
             mine, theirs = meshes.build(variant), build_mesh(variant, ctx.network)
             assert mine == theirs, table.label(int(row))
             assert mine.sizes == theirs.sizes
+
+
+def test_search_meshes_refuse_what_build_mesh_refuses() -> None:
+    _, ctx = sample("llama3-70b-64xh100")
+    search = _search("llama3-70b-64xh100")
+    table, _ = enumerate_space(ctx, search)
+    strategy = table.strategy(0, search)
+    meshes = Meshes(ctx.network)
+    for update in ({"dp": 1000}, {"virtual_stages": 2, "schedule": "1f1b", "pp": 2}):
+        bad = strategy.model_copy(update=update)
+        with pytest.raises(PlanError) as mine:
+            meshes.build(bad)
+        with pytest.raises(PlanError) as theirs:
+            build_mesh(bad, ctx.network)
+        assert str(mine.value) == str(theirs.value)
