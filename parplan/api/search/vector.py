@@ -9,11 +9,15 @@ is the one :func:`~parplan.api.sharded_analytic.evaluate_layout` runs, here on a
 *structure* (devices, dp, tp, pp, cp, ep, virtual stages), a *micro-batch* key (micro-batch size,
 SP, recomputation: the per-chunk compute and TP/CP/EP calls, the activations, the pipeline hops)
 and a *sync* key (ZeRO, FSDP, algorithm, bucket: the data-parallel calls, the optimizer, the model
-state). Per structure the micro-batch figures are laid out once per micro-batch key and the sync
-figures once per sync key (by :func:`~parplan.plan.sharded.costs.layout_plan` and the
-:class:`~parplan.plan.sharded.clock.CollectiveClock`, whose per-group collective times are cached
-per cluster), then every candidate of the structure is assembled from them with numpy. Memory
-follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term.
+state). Per structure the micro-batch keys' figures come from per-block figures as arrays
+(:mod:`~parplan.api.search.chunks`) and the sync keys' per kind of stage
+(:mod:`~parplan.api.search.stages`), both without laying a plan out and both equal to the layout
+path's bit for bit; then every candidate of the structure is assembled from them with numpy. Memory
+follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term. Structures the array path
+does not cover (:func:`~parplan.api.search.chunks.applies`: blocks of two kinds, mixed devices)
+take the layout path: per micro-batch key one :func:`~parplan.plan.sharded.costs.layout_plan`,
+per sync key one :func:`~parplan.plan.sharded.costs.relayout_sync`, timed by a
+:class:`~parplan.plan.sharded.clock.CollectiveClock` sharing congruent groups.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from parplan.api.search.chunks import ChunkBuilder, Meshes, Micro, applies, group_of
 from parplan.api.search.space import FSDP_MODES, CandidateTable
+from parplan.api.search.stages import Sync, SyncBuilder
 from parplan.api.sharded_analytic import (
     StageMicro,
     StageSync,
@@ -33,7 +39,7 @@ from parplan.api.sharded_analytic import (
     assemble_step,
     stage_micro,
 )
-from parplan.plan.sharded.clock import CollectiveClock
+from parplan.plan.sharded.clock import CollectiveClock, GroupClock
 from parplan.plan.sharded.costs import CommCall, layout_plan, relayout_sync
 from parplan.plan.sharded.memory import (
     FRAGMENTATION_FRACTION,
@@ -41,7 +47,6 @@ from parplan.plan.sharded.memory import (
     stage_memory,
     sync_buffers,
 )
-from parplan.plan.sharded.mesh import build_mesh
 
 if TYPE_CHECKING:
     from parplan.config.search import SearchSpec
@@ -91,33 +96,6 @@ class Evaluation:
         return Evaluation(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
 
-@dataclass(frozen=True)
-class _Micro:
-    """One micro-batch key's figures on one structure: per stage ``[pp]``."""
-
-    micro: StageMicro
-    first_backward_s: np.ndarray
-    hop_s: float
-    microbatches: int
-    activations_bytes: np.ndarray
-    buffers_bytes: float
-
-
-@dataclass(frozen=True)
-class _Sync:
-    """One sync key's figures on one structure: per stage ``[pp]``."""
-
-    sync: StageSync
-    states_bytes: np.ndarray
-    buffers_bytes: np.ndarray
-    capacity_bytes: np.ndarray
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """``(pp,)``: what the sync flags broadcast to."""
-        return tuple(np.shape(self.sync.gather_sum_s))
-
-
 class _MeshClock(CollectiveClock):
     """A :class:`CollectiveClock` sharing congruent groups, whose groups come from rank arithmetic
     on the default placement (tp, cp, pp, dp innermost first; the search's): the members
@@ -159,26 +137,12 @@ def _group(layout: ShardedLayout, axis: str, stage: int) -> tuple[str, ...]:
         if axis == "pp":
             return (mesh.device({"pp": stage}), mesh.device({"pp": (stage + 1) % mesh.pp}))
         return mesh.group(axis, mesh.device({"pp": stage}))  # type: ignore[arg-type]
-    tp, cp, pp, dp = mesh.tp, mesh.cp, mesh.pp, mesh.dp
-    devices, base = mesh.devices, stage * tp * cp
-    if axis == "pp":
-        return (devices[base], devices[((stage + 1) % pp) * tp * cp])
-    if axis == "tp":
-        return devices[base : base + tp]
-    if axis == "cp":
-        return devices[base : base + tp * cp : tp]
-    if axis == "dp":
-        return devices[base :: tp * cp * pp][:dp]
-    if axis == "embedding":
-        return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
-    data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
-    if axis == "dp_cp":
-        return data
-    block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
-    return data[:block] if axis in ("ep", "dp_shard") else data[::block]
+    return group_of(mesh, axis, stage)
 
 
-def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> _Micro:
+def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> Micro:
+    """The reference path's figures of one micro-batch key (one laid-out plan), as a one-key
+    :class:`Micro`."""
     clock = _MeshClock(ctx, layout, times)
     strategy, pp = layout.strategy, layout.strategy.pp
     chunks = _chunk_sums(clock)
@@ -186,26 +150,51 @@ def _micro(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...],
     if pp > 1:
         call = CommCall("send_recv", layout.p2p_bytes, "pp", True, "p2p")
         hop = max(clock.seconds(call, s) for s in range(pp))
-    return _Micro(
-        micro=stage_micro(chunks, strategy.tp_comm_overlap),
-        first_backward_s=chunks.backward_s[:, 0],
-        hop_s=hop,
-        microbatches=layout.microbatches,
-        activations_bytes=np.asarray([stage_memory(ctx, layout, s).activations_bytes for s in range(pp)]),
-        buffers_bytes=microbatch_buffers(layout),
+    micro = stage_micro(chunks, strategy.tp_comm_overlap)
+    return Micro(
+        micro=StageMicro(*(np.asarray(getattr(micro, f.name))[None] for f in fields(StageMicro))),
+        first_backward_s=chunks.backward_s[None, :, 0],
+        hop_s=np.asarray([hop]),
+        microbatches=np.asarray([layout.microbatches]),
+        activations_bytes=np.asarray([[stage_memory(ctx, layout, s).activations_bytes for s in range(pp)]]),
+        buffers_bytes=np.asarray([microbatch_buffers(layout)]),
     )
 
 
-def _sync(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> _Sync:
+def _stack(micros: list[Micro]) -> Micro:
+    """One :class:`Micro` of several keys' (in order)."""
+
+    def cat(name: str) -> np.ndarray:
+        return np.concatenate([getattr(m, name) for m in micros])
+
+    micro = StageMicro(
+        *(np.concatenate([getattr(m.micro, f.name) for m in micros]) for f in fields(StageMicro))
+    )
+    return Micro(micro, *(cat(f.name) for f in fields(Micro) if f.name != "micro"))
+
+
+def _sync(ctx: PlanContext, layout: ShardedLayout, times: dict[tuple[Any, ...], float]) -> Sync:
+    """The layout path's figures of one sync key (one re-laid plan), as a one-key :class:`Sync`."""
     clock = _MeshClock(ctx, layout, times)
     pp = layout.strategy.pp
     memory = [stage_memory(ctx, layout, s) for s in range(pp)]
-    return _Sync(
-        sync=_stage_sync(clock),
-        states_bytes=np.asarray([m.params_bytes + m.grads_bytes + m.optimizer_bytes for m in memory]),
-        buffers_bytes=np.asarray([sync_buffers(ctx, layout, s) for s in range(pp)]),
-        capacity_bytes=np.asarray([m.capacity_bytes for m in memory]),
+    sync = _stage_sync(clock)
+    return Sync(
+        sync=StageSync(*(np.broadcast_to(getattr(sync, f.name), (pp,))[None] for f in fields(StageSync))),
+        states_bytes=np.asarray([[m.params_bytes + m.grads_bytes + m.optimizer_bytes for m in memory]]),
+        buffers_bytes=np.asarray([[sync_buffers(ctx, layout, s) for s in range(pp)]]),
+        capacity_bytes=np.asarray([[m.capacity_bytes for m in memory]]),
     )
+
+
+def _stack_sync(syncs: list[Sync]) -> Sync:
+    """One :class:`Sync` of several keys' (in order)."""
+
+    def cat(values: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(values)
+
+    sync = StageSync(*(cat([getattr(y.sync, f.name) for y in syncs]) for f in fields(StageSync)))
+    return Sync(sync, *(cat([getattr(y, f.name) for y in syncs]) for f in fields(Sync) if f.name != "sync"))
 
 
 def _keys(
@@ -230,7 +219,11 @@ class _Evaluator:
 
         self.ctx, self.search, self.table = ctx, search, table
         self.times: dict[tuple[Any, ...], float] = {}
-        shape = transformer_shape(ctx)
+        shape = self.shape = transformer_shape(ctx)
+        clock = GroupClock(ctx.network, share_congruent=True)
+        self.chunks = ChunkBuilder(ctx, shape, clock)
+        self.meshes = Meshes(ctx.network)
+        self.stages = SyncBuilder(ctx, shape, clock, self.meshes)
         tokens = float(ctx.training.global_batch_size * shape.sequence_length)
         self.flops = float(model_flops_per_token(shape)) * tokens
         device = ctx.network.device(ctx.network.devices[0])
@@ -255,30 +248,25 @@ class _Evaluator:
             row_strategy = sub.strategy(int(r), self.search)
             update = {"zero": 0, "fsdp": _COPIES_AS[row_strategy.fsdp]}
             strategies.append(row_strategy.model_copy(update=update))
-        mesh = build_mesh(strategies[0], self.ctx.network)
-        layouts = [layout_plan(self.ctx, strategy, mesh) for strategy in strategies]
-        micros = [_micro(self.ctx, layout, self.times) for layout in layouts]
-        base = layouts[0]
-        syncs = []
+        mesh = self.meshes.build(strategies[0])
+        sync_strategies = []
         for r in y_first:
             row = sub.strategy(int(r), self.search)
             update = {"zero": row.zero, "fsdp": row.fsdp, "aggregation": row.aggregation}
-            strategy = base.strategy.model_copy(update=update)
-            syncs.append(_sync(self.ctx, relayout_sync(self.ctx, base, strategy), self.times))
-        micro = StageMicro(
-            *(np.stack([getattr(m.micro, f.name) for m in micros])[k_index] for f in fields(StageMicro))
-        )
-        sync = StageSync(
-            *(
-                np.stack(
-                    [np.broadcast_to(getattr(y.sync, f.name), y.sync.gather_sum_s.shape) for y in syncs]
-                )[y_index]
-                for f in fields(StageSync)
-            )
-        )
-        m = np.asarray([k.microbatches for k in micros])[k_index][:, None]
-        hop = np.asarray([k.hop_s for k in micros])[k_index][:, None]
-        first_backward = np.stack([k.first_backward_s for k in micros])[k_index]
+            sync_strategies.append(strategies[0].model_copy(update=update))
+        if applies(self.ctx, mesh, strategies[0], self.shape):
+            figures = self.chunks.build(mesh, strategies)
+            states = self.stages.build(mesh, sync_strategies)
+        else:
+            layouts = [layout_plan(self.ctx, strategy, mesh) for strategy in strategies]
+            figures = _stack([_micro(self.ctx, layout, self.times) for layout in layouts])
+            relaid = [relayout_sync(self.ctx, layouts[0], strategy) for strategy in sync_strategies]
+            states = _stack_sync([_sync(self.ctx, layout, self.times) for layout in relaid])
+        micro = StageMicro(*(getattr(figures.micro, f.name)[k_index] for f in fields(StageMicro)))
+        sync = StageSync(*(getattr(states.sync, f.name)[y_index] for f in fields(StageSync)))
+        m = figures.microbatches[k_index][:, None]
+        hop = figures.hop_s[k_index][:, None]
+        first_backward = figures.first_backward_s[k_index]
         pp, v = int(sub.pp[0]), int(sub.virtual_stages[0])
         step = assemble_step(micro, sync, first_backward, hop, (pp, v, m))
         total = step.step_s[:, 0]
@@ -286,7 +274,7 @@ class _Evaluator:
         achieved = np.where(total > 0, self.flops / np.where(total > 0, total, 1.0) / sub.devices, 0.0)
         self.mfu[rows] = achieved / self.peak if self.peak > 0 else 0.0
         self._bound(rows, micro, sync, step, m)
-        self._memory(rows, micros, syncs, k_index, y_index)
+        self._memory(rows, figures, states, k_index, y_index)
 
     def _bound(
         self, rows: np.ndarray, micro: StageMicro, sync: StageSync, step: StepFigures, m: np.ndarray
@@ -310,22 +298,17 @@ class _Evaluator:
         self.bound[rows] = np.argmax(parts, axis=1)
 
     def _memory(
-        self,
-        rows: np.ndarray,
-        micros: list[_Micro],
-        syncs: list[_Sync],
-        k_index: np.ndarray,
-        y_index: np.ndarray,
+        self, rows: np.ndarray, figures: Micro, states: Sync, k_index: np.ndarray, y_index: np.ndarray
     ) -> None:
-        activations = np.stack([k.activations_bytes for k in micros])[k_index]
-        buffers = (
-            np.asarray([k.buffers_bytes for k in micros])[k_index][:, None]
-            + np.stack([y.buffers_bytes for y in syncs])[y_index]
+        activations = figures.activations_bytes[k_index]
+        buffers = figures.buffers_bytes[k_index][:, None] + states.buffers_bytes[y_index]
+        total = (
+            states.states_bytes[y_index]
+            + activations
+            + (buffers + FRAGMENTATION_FRACTION * (activations + buffers))
         )
-        states = np.stack([y.states_bytes for y in syncs])[y_index]
-        capacity = np.stack([y.capacity_bytes for y in syncs])[y_index]
-        total = states + activations + (buffers + FRAGMENTATION_FRACTION * (activations + buffers))
         self.memory[rows] = total.max(axis=1)
+        capacity = states.capacity_bytes[y_index]
         self.fits[rows] = np.all(total <= capacity * (1.0 - self.search.memory_headroom), axis=1)
 
 

@@ -40,9 +40,9 @@ from parplan.errors import PlanError
 from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
 from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
 from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
+from parplan.plan.sharded.parts import block_unit, embedding_unit, fsdp_copy_seconds, head_unit, p2p_bytes
 from parplan.plan.sharded.sync import (
     UnitParams,
-    fsdp_copy_bytes,
     gathered_param_bytes,
     optimizer_params,
     stage_sync,
@@ -54,7 +54,16 @@ if TYPE_CHECKING:
     from parplan.plan.base import PlanContext
     from parplan.topology.network import DeviceInfo
 
-__all__ = ["ChunkWork", "CommCall", "ShardedLayout", "layout_plan", "split_layers", "transformer_shape"]
+__all__ = [
+    "ChunkWork",
+    "CommCall",
+    "ShardedLayout",
+    "block_figures",
+    "chunk_calls",
+    "layout_plan",
+    "split_layers",
+    "transformer_shape",
+]
 
 
 @dataclass(frozen=True)
@@ -252,6 +261,30 @@ def _comm_sizes(strategy: ShardedStrategy, shape: TransformerShape) -> CommSizes
     return CommSizes(activation_bytes=tokens * shape.hidden * e, kv_step_bytes=kv, dispatch_bytes=dispatch)
 
 
+def chunk_calls(
+    strategy: ShardedStrategy, shape: TransformerShape, ep: int, layer: int = 0
+) -> tuple[LayerComm, LayerComm, LayerComm]:
+    """The TP/SP/CP/EP calls of block ``layer``, of the embedding and of the head, one
+    micro-batch (what every chunk strings together in model order)."""
+    sizes = _comm_sizes(strategy, shape)
+    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    return (
+        layer_comm(strategy, sizes, moe=shape.is_moe(layer), ep=ep),
+        embedding_comm(strategy, sizes.activation_bytes),
+        head_comm(strategy, sizes.activation_bytes, tokens),
+    )
+
+
+def block_figures(
+    ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo, layer: int = 0
+) -> tuple[tuple[float, float, float, float, float], tuple[float, float], tuple[float, float]]:
+    """One block's (forward, backward, recompute, attention forward, attention backward)
+    seconds, and the embedding's and the head's (forward, backward), on ``info``: what
+    :func:`layout_plan` sums into chunks (the search sums them itself, as arrays)."""
+    roof = _Roofline(ctx, strategy, transformer_shape(ctx), info)
+    return roof.block(layer, mesh), roof.ends("embedding"), roof.ends("head")
+
+
 def _node_ids(ctx: PlanContext, shape: TransformerShape) -> tuple[str, tuple[str, ...], str]:
     """(embedding id, block ids, head id) of the model graph: its first, middle and last nodes."""
     order = ctx.model.order
@@ -276,7 +309,6 @@ def _chunk(
     total = strategy.pp * strategy.virtual_stages
     emb_id, block_ids, head_id = _node_ids(ctx, shape)
     sizes = _comm_sizes(strategy, shape)
-    tp = strategy.tp
     fwd = bwd = rec = attn = attn_bwd = 0.0
     fcomm: list[CommCall] = []
     bcomm: list[LayerComm] = []
@@ -290,7 +322,7 @@ def _chunk(
         fcomm += lc.forward
         bcomm.append(lc)
         names.append(emb_id)
-        units.append(UnitParams(emb_id, shape.embedding_params() / tp, 0.0))
+        units.append(embedding_unit(shape, strategy, emb_id))
     for i in range(first, first + count):
         f, b, r, a, ab = roof.block(i, mesh)
         fwd, bwd, rec, attn, attn_bwd = fwd + f, bwd + b, rec + r, attn + a, attn_bwd + ab
@@ -299,10 +331,7 @@ def _chunk(
         fcomm += lc.forward
         bcomm.append(lc)
         names.append(block_ids[i])
-        experts = shape.expert_params(i)
-        units.append(
-            UnitParams(block_ids[i], (shape.block_params(i) - experts) / tp, experts / (tp * mesh.ep))
-        )
+        units.append(block_unit(shape, strategy, mesh.ep, i, block_ids[i]))
     if chunk == total - 1:
         f, b = roof.ends("head")
         fwd, bwd = fwd + f, bwd + b
@@ -311,10 +340,7 @@ def _chunk(
         fcomm += lc.forward
         bcomm.append(lc)
         names.append(head_id)
-        head = shape.head_params()
-        if shape.tie_embeddings and strategy.pp > 1:
-            head = float(shape.vocabulary * shape.hidden)  # Megatron's copy on the last stage
-        units.append(UnitParams(head_id, head / tp, 0.0))
+        units.append(head_unit(shape, strategy, head_id))
     backward = tuple(c for lc in reversed(bcomm) for c in lc.backward)
     work = ChunkWork(
         layers=tuple(names),
@@ -337,14 +363,10 @@ def _with_fsdp_copies(
 ) -> ChunkWork:
     """The chunk with FSDP2's copies around its collectives (:func:`~parplan.plan.sharded.sync.
     fsdp_copy_bytes`) on its compute stream, memory bound."""
-    from parplan.plan.compute import MEMORY_EFFICIENCY
-
-    param_bytes = gathered_param_bytes(spec.bytes_per_param, strategy.dtype)
-    fwd, bwd = fsdp_copy_bytes(strategy, units, param_bytes, spec.bytes_per_grad)
+    fwd, bwd = fsdp_copy_seconds(strategy, units, spec, info)
     if fwd <= 0.0 and bwd <= 0.0:
         return work
-    rate = memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY
-    return replace(work, forward_s=work.forward_s + fwd / rate, backward_s=work.backward_s + bwd / rate)
+    return replace(work, forward_s=work.forward_s + fwd, backward_s=work.backward_s + bwd)
 
 
 def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None = None) -> ShardedLayout:
@@ -381,14 +403,13 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
     if shape.tie_embeddings and pp > 1:
         size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
         embedding_sync = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
-    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
     return ShardedLayout(
         strategy=strategy,
         mesh=mesh,
         shape=shape,
         microbatches=m,
         chunks=_copied_chunks(ctx, strategy, mesh, bare, per_chunk),
-        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
+        p2p_bytes=p2p_bytes(strategy, shape),
         embedding_sync=embedding_sync,
         bare_chunks=tuple(bare),
         chunk_units=tuple(per_chunk),

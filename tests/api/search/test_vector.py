@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 
-from parplan.api.search.space import enumerate_space
-from parplan.api.search.vector import BOUND_NAMES, evaluate_candidates
+from parplan.api.search import vector
+from parplan.api.search.chunks import Meshes, applies
+from parplan.api.search.space import CandidateTable, enumerate_space
+from parplan.api.search.vector import BOUND_NAMES, Evaluation, evaluate_candidates
 from parplan.api.sharded_analytic import evaluate_sharded
 from parplan.config.search import SearchSpec
+from parplan.errors import PlanError
+from parplan.plan.sharded.costs import transformer_shape
+from parplan.plan.sharded.mesh import build_mesh
 from tests.api.search.helpers import LLM_SAMPLES, sample
 
 
@@ -19,6 +26,22 @@ def _search(name: str) -> SearchSpec:
     )
 
 
+def _check_rows(name: str, table: CandidateTable, ev: Evaluation, rows: np.ndarray) -> None:
+    """Each of ``rows`` equals :func:`evaluate_sharded`: step and MFU to 1e-9, memory to 1e-12,
+    the same bound and fit."""
+    _, ctx = sample(name)
+    search = _search(name)
+    for i in rows:
+        est = evaluate_sharded(ctx, table.strategy(int(i), search))
+        assert ev.step_time_s[i] == pytest.approx(est.step_time_s, rel=1e-9), table.label(int(i))
+        assert ev.mfu[i] == pytest.approx(est.mfu, rel=1e-9)
+        peak = max(m.total_bytes for m in est.memory)
+        assert ev.peak_memory_bytes[i] == pytest.approx(peak, rel=1e-12), table.label(int(i))
+        assert est.bound.startswith(BOUND_NAMES[ev.bound[i]] + "-bound")
+        cap = min(m.capacity_bytes for m in est.memory)
+        assert ev.fits[i] == (peak <= cap * (1 - search.memory_headroom))
+
+
 @pytest.mark.parametrize("name", LLM_SAMPLES)
 def test_equals_evaluate_sharded_on_a_seeded_sample(name: str) -> None:
     _, ctx = sample(name)
@@ -26,16 +49,51 @@ def test_equals_evaluate_sharded_on_a_seeded_sample(name: str) -> None:
     table, _ = enumerate_space(ctx, search)
     rows = np.sort(np.random.default_rng(7).choice(len(table), size=min(25, len(table)), replace=False))
     part = table.take(rows)
-    ev = evaluate_candidates(ctx, search, part)
-    for i in range(len(part)):
-        est = evaluate_sharded(ctx, part.strategy(i, search))
-        assert ev.step_time_s[i] == pytest.approx(est.step_time_s, rel=1e-9), part.label(i)
-        assert ev.mfu[i] == pytest.approx(est.mfu, rel=1e-9)
-        peak = max(m.total_bytes for m in est.memory)
-        assert ev.peak_memory_bytes[i] == pytest.approx(peak, rel=1e-12)
-        assert est.bound.startswith(BOUND_NAMES[ev.bound[i]] + "-bound")
-        cap = min(m.capacity_bytes for m in est.memory)
-        assert ev.fits[i] == (peak <= cap * (1 - search.memory_headroom))
+    _check_rows(name, part, evaluate_candidates(ctx, search, part), np.arange(len(part)))
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_equals_evaluate_sharded_in_the_whole_space(name: str) -> None:
+    """The whole space evaluated at once (every structure sharing the per-block memos), checked on
+    a seeded sample of 40 rows plus one seeded row of every (FSDP mode, recompute mode, pipeline or
+    not) and every (ZeRO stage, pipeline or not, SP) the space holds."""
+    _, ctx = sample(name)
+    search = _search(name)
+    table, _ = enumerate_space(ctx, search)
+    ev = evaluate_candidates(ctx, search, table)
+    rng = np.random.default_rng(11)
+    rows = set(rng.choice(len(table), size=min(40, len(table)), replace=False).tolist())
+    pipeline = table.pp > 1
+    for columns in ((table.fsdp, table.recompute, pipeline), (table.zero, pipeline, table.sequence_parallel)):
+        keys = np.stack([c.astype(np.int64) for c in columns], axis=1)
+        for key in np.unique(keys, axis=0):
+            match = np.flatnonzero(np.all(keys == key, axis=1))
+            rows.add(int(rng.choice(match)))
+    _check_rows(name, table, ev, np.asarray(sorted(rows)))
+
+
+def test_reference_path_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Structures the array path does not cover (:func:`chunks.applies`) take the layout path, and
+    both give the same figures, bit for bit."""
+    _, ctx = sample("gpt3-175b-1024xa100")
+    search = _search("gpt3-175b-1024xa100")
+    table, _ = enumerate_space(ctx, search)
+    part = table.take(np.sort(np.random.default_rng(3).choice(len(table), size=300, replace=False)))
+    fast = evaluate_candidates(ctx, search, part)
+    monkeypatch.setattr(vector, "applies", lambda *args: False)
+    slow = evaluate_candidates(ctx, search, part)
+    for f in fields(fast):
+        assert np.array_equal(getattr(fast, f.name), getattr(slow, f.name)), f.name
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_the_samples_take_the_array_path(name: str) -> None:
+    _, ctx = sample(name)
+    search = _search(name)
+    table, _ = enumerate_space(ctx, search)
+    strategy = table.strategy(0, search)
+    mesh = build_mesh(strategy, ctx.network)
+    assert applies(ctx, mesh, strategy, transformer_shape(ctx))
 
 
 def test_order_of_rows_does_not_change_figures() -> None:
@@ -48,3 +106,38 @@ def test_order_of_rows_does_not_change_figures() -> None:
     assert np.array_equal(ev.step_time_s[back], ev2.step_time_s)
     assert np.array_equal(ev.peak_memory_bytes[back], ev2.peak_memory_bytes)
     assert np.array_equal(ev.take(back).bound, ev2.bound)
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_search_meshes_equal_build_mesh(name: str) -> None:
+    """:class:`chunks.Meshes` gives :func:`build_mesh`'s mesh for every structure of the space,
+    with and without hybrid sharding."""
+    _, ctx = sample(name)
+    search = _search(name)
+    table, _ = enumerate_space(ctx, search)
+    meshes = Meshes(ctx.network)
+    _, first = np.unique(
+        np.stack([table.devices, table.tp, table.pp, table.cp, table.ep], axis=1), axis=0, return_index=True
+    )
+    for row in first:
+        strategy = table.strategy(int(row), search)
+        for fsdp in ("none", "hybrid_shard"):
+            variant = strategy.model_copy(update={"fsdp": fsdp, "zero": 0})
+            mine, theirs = meshes.build(variant), build_mesh(variant, ctx.network)
+            assert mine == theirs, table.label(int(row))
+            assert mine.sizes == theirs.sizes
+
+
+def test_search_meshes_refuse_what_build_mesh_refuses() -> None:
+    _, ctx = sample("llama3-70b-64xh100")
+    search = _search("llama3-70b-64xh100")
+    table, _ = enumerate_space(ctx, search)
+    strategy = table.strategy(0, search)
+    meshes = Meshes(ctx.network)
+    for update in ({"dp": 1000}, {"virtual_stages": 2, "schedule": "1f1b", "pp": 2}):
+        bad = strategy.model_copy(update=update)
+        with pytest.raises(PlanError) as mine:
+            meshes.build(bad)
+        with pytest.raises(PlanError) as theirs:
+            build_mesh(bad, ctx.network)
+        assert str(mine.value) == str(theirs.value)

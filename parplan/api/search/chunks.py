@@ -1,0 +1,423 @@
+"""The micro-batch figures of a search's plans, built as arrays from per-block figures instead of
+one :func:`~parplan.plan.sharded.costs.layout_plan` pass per plan.
+
+A plan's chunks string together the same pieces: the embedding (chunk 0), ``n`` blocks, the head
+(the last chunk). One block's compute (:func:`~parplan.plan.sharded.costs.block_figures`), calls
+(:func:`~parplan.plan.sharded.costs.chunk_calls`) and parameters
+(:mod:`~parplan.plan.sharded.parts`) depend on the micro-batch key (tp, cp, ep, micro-batch size,
+SP, recomputation) and the device, not on pp, virtual stages, dp or the device count: they are
+memoised on that key and spread over a structure's chunks by :func:`~parplan.plan.sharded.costs.
+split_layers`. Each chunk's sums are the sums ``layout_plan`` and
+:func:`~parplan.api.sharded_analytic._chunk_sums` take, in the same order (``np.add.accumulate``
+adds left to right, and zeros stand for what a sum skips), so the figures are the reference's to
+the last bit. Collective times come from the :class:`~parplan.plan.sharded.clock.GroupClock` per
+congruent group (:func:`stage_groups`).
+
+What a chunk sums (module docstring of :mod:`parplan.api.sharded_analytic`) reaches
+:func:`~parplan.api.sharded_analytic.stage_micro` unchanged; activations follow
+:func:`~parplan.plan.sharded.memory.stage_memory` term by term (the search's equality test holds
+both to the reference). Models whose blocks differ (MoE every other block), clusters of mixed
+devices and placements other than the default take the reference path (:func:`applies`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
+from parplan.plan.sharded.comm import CommCall, LayerComm
+from parplan.plan.sharded.costs import block_figures, chunk_calls, split_layers
+from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
+from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
+from parplan.plan.sharded.parts import block_unit, embedding_unit, fsdp_copy_seconds, head_unit, p2p_bytes
+from parplan.plan.sharded.sync import UnitParams
+
+if TYPE_CHECKING:
+    from parplan.config.strategy import ShardedStrategy
+    from parplan.model.transformer import TransformerShape
+    from parplan.plan.base import PlanContext
+    from parplan.plan.sharded.clock import GroupClock
+    from parplan.plan.sharded.costs import ShardedLayout
+    from parplan.plan.sharded.mesh import Mesh
+    from parplan.topology.network import DeviceInfo, Network
+
+_CHUNK_AXES = ("tp", "cp", "ep")
+"""The groups a chunk's calls run in."""
+_COMM_FIELDS = 8
+"""blocking, blocking forward, busy forward, busy backward, tp forward, tp backward, cp forward,
+cp backward: :class:`ChunkSums`' call sums, in its order."""
+
+
+@dataclass(frozen=True)
+class Micro:
+    """The figures of a structure's micro-batch keys: ``[keys, pp]`` per stage, ``[keys]`` else."""
+
+    micro: StageMicro
+    first_backward_s: np.ndarray
+    hop_s: np.ndarray
+    microbatches: np.ndarray
+    activations_bytes: np.ndarray
+    buffers_bytes: np.ndarray
+
+
+@dataclass(frozen=True)
+class _View:
+    """What :func:`~parplan.plan.sharded.memory.microbatch_buffers` reads of a layout."""
+
+    strategy: ShardedStrategy
+    shape: TransformerShape
+    mesh: Mesh
+    p2p_bytes: float
+
+
+def applies(ctx: PlanContext, mesh: Mesh, strategy: ShardedStrategy, shape: TransformerShape) -> bool:
+    """Whether the array path holds: every block alike, every stage's device alike, the default
+    placement (:func:`group_of`'s rank arithmetic)."""
+    from parplan.config.strategy import DEFAULT_PLACEMENT
+
+    if tuple(strategy.placement) != DEFAULT_PLACEMENT or strategy.devices is not None:
+        return False
+    if len({shape.is_moe(i) for i in range(shape.layers)}) > 1:
+        return False
+    kinds = {_kind(ctx.network.device(mesh.device({"pp": s}))) for s in range(mesh.pp)}
+    return len(kinds) == 1
+
+
+def _kind(info: DeviceInfo) -> DeviceInfo:
+    return replace(info, name="", group=None)  # alike devices time alike (costs.layout_plan's rule)
+
+
+def group_of(mesh: Mesh, axis: str, stage: int, data: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """:meth:`Mesh.group` of stage ``stage``'s first device on the default placement (tp, cp, pp,
+    dp innermost first), by rank arithmetic; ``pp`` the stage and its successor. ``data``: the
+    stage's ``dp_cp`` group when already known (the other data axes are cut from it)."""
+    tp, cp, pp, dp = mesh.tp, mesh.cp, mesh.pp, mesh.dp
+    devices, base = mesh.devices, stage * tp * cp
+    if axis == "pp":
+        return (devices[base], devices[((stage + 1) % pp) * tp * cp])
+    if axis == "tp":
+        return devices[base : base + tp]
+    if axis == "cp":
+        return devices[base : base + tp * cp : tp]
+    if axis == "dp":
+        return devices[base :: tp * cp * pp][:dp]
+    if axis == "embedding":
+        return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
+    if data is None:
+        data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
+    if axis == "dp_cp":
+        return data
+    block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
+    return data[:block] if axis in ("ep", "dp_shard") else data[::block]
+
+
+class Meshes:
+    """:func:`~parplan.plan.sharded.mesh.build_mesh` for a search's plans (the default placement on
+    the cluster's first devices), reading the devices' nodes from the graph once per search
+    instead of once per plan; anything else, or a plan ``build_mesh`` would refuse, goes to
+    ``build_mesh`` itself. A test holds the two equal."""
+
+    def __init__(self, network: Network) -> None:
+        self.network = network
+        self._devices = tuple(network.devices)
+        self._nodes: tuple[str, ...] | None = None
+
+    def build(self, strategy: ShardedStrategy) -> Mesh:
+        """The mesh of ``strategy`` (module docstring of :mod:`parplan.plan.sharded.mesh`)."""
+        from parplan.config.strategy import DEFAULT_PLACEMENT
+        from parplan.plan.sharded.mesh import Mesh
+
+        s = strategy
+        dp = s.dp
+        custom = s.devices is not None or tuple(s.placement) != DEFAULT_PLACEMENT
+        custom = custom or (s.virtual_stages > 1 and s.schedule != INTERLEAVED_SCHEDULE)
+        if custom or dp is None or dp * s.tp * s.pp * s.cp > len(self._devices) or (dp * s.cp) % s.ep:
+            return build_mesh(strategy, self.network)
+        if self._nodes is None:
+            attrs = self.network.graph.nodes
+            self._nodes = tuple(attrs[d].get("group") or d for d in self._devices)
+        need = dp * s.tp * s.pp * s.cp
+        devices, nodes = self._devices[:need], self._nodes[:need]
+        sizes = {"tp": s.tp, "cp": s.cp, "pp": s.pp, "dp": dp, "ep": s.ep}
+        data = dp * s.cp
+        shard = s.shard_group
+        if shard is None:
+            shard = data
+            if s.fsdp == "hybrid_shard":  # the dp_cp ranks of the first device's node
+                stride = s.tp * s.cp * s.pp
+                ranks = (c * s.tp + d * stride for d in range(dp) for c in range(s.cp))
+                shard = sum(1 for r in ranks if nodes[r] == nodes[0])
+        if data % shard:
+            return build_mesh(strategy, self.network)
+        digits = tuple((axis, sizes[axis]) for axis in DEFAULT_PLACEMENT)
+        return Mesh(devices=devices, sizes={**sizes, "dp_shard": shard}, digits=digits, nodes=nodes)
+
+
+def stage_groups(
+    clock: GroupClock, mesh: Mesh, axes: Sequence[str]
+) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Each stage's class (``[pp]``) and each class's canonical group per axis: stages whose
+    groups are congruent share their collective times."""
+    classes: dict[tuple[Any, ...], int] = {}
+    index = np.empty(mesh.pp, dtype=np.intp)
+    for s in range(mesh.pp):
+        key = tuple(clock.canonical(group_of(mesh, a, s)) if _size(mesh, a) > 1 else () for a in axes)
+        index[s] = classes.setdefault(key, len(classes))
+    return index, list(classes)
+
+
+def _size(mesh: Mesh, axis: str) -> int:
+    return {"tp": mesh.tp, "cp": mesh.cp, "ep": mesh.ep, "pp": mesh.pp}[axis]
+
+
+class ChunkBuilder:
+    """Builds :class:`Micro` for one structure's micro-batch keys; per-block figures memoised
+    across structures (on the evaluator's lifetime: one search, one cluster)."""
+
+    def __init__(self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock) -> None:
+        self.ctx, self.shape, self.clock = ctx, shape, clock
+        self._blocks: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._times: dict[tuple[Any, ...], float] = {}
+        self._held: dict[tuple[Any, ...], np.ndarray] = {}
+        self._sums: dict[tuple[Any, ...], np.ndarray] = {}
+        self._rows: dict[tuple[Any, ...], np.ndarray] = {}
+        self._kinds: dict[str, DeviceInfo] = {}
+
+    def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
+        """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
+        if not group:
+            return 0.0
+        key = (group, call.collective, call.size_bytes)
+        found = self._times.get(key)
+        if found is None:
+            found = self._times[key] = self.clock.seconds(call, group)
+        return found
+
+    def _key(self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
+        """What one block's figures depend on."""
+        kind = self._kinds.get(info.name)
+        if kind is None:
+            kind = self._kinds[info.name] = _kind(info)
+        # pp > 1: the head holds the tied embedding's copy (parts.head_unit)
+        return (s.tp, s.cp, mesh.ep, s.microbatch_size, s.sequence_parallel, s.recompute, s.pp > 1, kind)
+
+    def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
+        """(block, embedding, head compute; block, embedding, head calls; units; activations)."""
+        s = strategy
+        key = self._key(s, mesh, info)
+        found = self._blocks.get(key)
+        if found is None:
+            from parplan.model.transformer import block_activation_bytes
+
+            def per_layer(recompute: str) -> float:
+                return float(
+                    block_activation_bytes(
+                        self.shape,
+                        microbatch=s.microbatch_size,
+                        tp=s.tp,
+                        sp=s.sequence_parallel,
+                        cp=s.cp,
+                        recompute=recompute,  # type: ignore[arg-type]
+                        flash_attention=s.flash_attention,
+                        layer=0,
+                        kernels=s.kernels,
+                        ep=mesh.ep,
+                        capacity_factor=s.capacity_factor,
+                    )
+                )
+
+            held = per_layer(s.recompute)
+            working = 0.0
+            if s.recompute == "full":
+                working = max(working, per_layer("none"))
+            elif s.recompute == "op":
+                working = max(working, per_layer("none") - held)
+            units = (
+                embedding_unit(self.shape, s),
+                block_unit(self.shape, s, mesh.ep, 0),
+                head_unit(self.shape, s),
+            )
+            found = self._blocks[key] = (
+                block_figures(self.ctx, s, mesh, info),
+                chunk_calls(s, self.shape, mesh.ep),
+                tuple(u.dense + u.expert for u in units),
+                (held, working),
+            )
+        return found
+
+    def build(self, mesh: Mesh, strategies: Sequence[ShardedStrategy]) -> Micro:
+        """The figures of ``strategies`` (one per micro-batch key) on ``mesh``."""
+        pp, v = mesh.pp, strategies[0].virtual_stages
+        counts = np.asarray(split_layers(self.shape.layers, pp * v))
+        stage_of, groups = stage_groups(self.clock, mesh, _CHUNK_AXES)
+        chunk = np.arange(pp * v)
+        chunk_stage = chunk % pp
+        types, chunk_type = np.unique(
+            np.stack([chunk == 0, chunk == pp * v - 1, counts, stage_of[chunk_stage]], axis=1),
+            axis=0,
+            return_inverse=True,
+        )
+        info = self.ctx.network.device(mesh.device({"pp": 0}))
+        shared = (types.tobytes(), types.shape, tuple(groups))  # what the sums read of the structure
+        sums = np.stack(
+            [self._memo_sums(s, mesh, info, types, groups, shared) for s in strategies]
+        )  # [K, T, 13]
+        per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 13]
+        grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 13]
+        chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
+        micro = stage_micro(chunks, strategies[0].tp_comm_overlap)
+        blocks_on_stage = counts.reshape(v, pp).sum(axis=0)
+        hops, ms, activations, buffers = [], [], [], []
+        pp_index, pp_groups = stage_groups(self.clock, mesh, ("pp",))
+        for s in strategies:
+            m = microbatches_per_pipeline(s, self.ctx.training.global_batch_size, mesh.dp)
+            size = p2p_bytes(s, self.shape)
+            hop = 0.0
+            if pp > 1:
+                call = CommCall("send_recv", size, "pp", True, "p2p")
+                hop = max(self.seconds(call, pp_groups[c][0]) for c in pp_index)
+            hops.append(hop)
+            ms.append(m)
+            activations.append(self._activations(s, mesh, info, m, blocks_on_stage))
+            view = _View(s, self.shape, mesh, size)
+            buffers.append(microbatch_buffers(cast("ShardedLayout", view)))
+        return Micro(
+            micro=micro,
+            first_backward_s=chunks.backward_s[..., 0],
+            hop_s=np.asarray(hops),
+            microbatches=np.asarray(ms),
+            activations_bytes=np.stack(activations),
+            buffers_bytes=np.asarray(buffers),
+        )
+
+    def _memo_sums(
+        self,
+        s: ShardedStrategy,
+        mesh: Mesh,
+        info: DeviceInfo,
+        types: np.ndarray,
+        groups: list[tuple[Any, ...]],
+        shared: tuple[Any, ...],
+    ) -> np.ndarray:
+        """:meth:`_chunk_sums`, memoised: structures alike but for dp (device counts) share them."""
+        key = (self._key(s, mesh, info), s.fsdp, shared)
+        found = self._sums.get(key)
+        if found is None:
+            found = self._sums[key] = self._chunk_sums(s, mesh, info, types, groups)
+        return found
+
+    def _chunk_sums(
+        self,
+        s: ShardedStrategy,
+        mesh: Mesh,
+        info: DeviceInfo,
+        types: np.ndarray,
+        groups: list[tuple[Any, ...]],
+    ) -> np.ndarray:
+        """``[T, 13]``: :class:`ChunkSums`' fields of each chunk type (first, last, blocks, class)."""
+        figures, calls, params, _ = self._block(s, mesh, info)
+        (f, b, r, a, ab), (ef, eb), (hf, hb) = figures
+        first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
+        width = int(n.max())
+        on = np.arange(width)[None, :] < n[:, None]  # [T, width]: the chunk's blocks
+
+        def fold(start: np.ndarray, each: float, end: np.ndarray) -> np.ndarray:
+            row = np.concatenate([start[:, None], np.where(on, each, 0.0), end[:, None]], axis=1)
+            return np.asarray(np.add.accumulate(row, axis=1)[:, -1])
+
+        zero = np.zeros(len(types))
+        compute = [
+            fold(np.where(first, ef, 0.0), f, np.where(last, hf, 0.0)),
+            fold(np.where(first, eb, 0.0), b, np.where(last, hb, 0.0)),
+            fold(zero, r, zero),
+            fold(zero, a, zero),
+            fold(zero, ab, zero),
+        ]
+        units = fold(np.where(first, params[0], 0.0), params[1], np.where(last, params[2], 0.0))
+        copy_f, copy_b = fsdp_copy_seconds(
+            s, (UnitParams("chunk", cast(float, units), 0.0),), self.ctx.model_spec, info
+        )
+        compute[0] = compute[0] + copy_f
+        compute[1] = compute[1] + copy_b
+        by_class = {c: self._comm(calls, groups[c], first, last, on) for c in set(types[:, 3].tolist())}
+        own = np.stack([by_class[int(c)][t] for t, c in enumerate(types[:, 3])])  # each type's class
+        return np.concatenate([np.stack(compute, axis=1), own], axis=1)
+
+    def _comm(
+        self,
+        calls: tuple[LayerComm, LayerComm, LayerComm],
+        groups: tuple[Any, ...],
+        first: np.ndarray,
+        last: np.ndarray,
+        on: np.ndarray,
+    ) -> np.ndarray:
+        """``[T, 8]``: the call sums of every chunk type, timed on one class's groups."""
+        block, emb, head = calls
+        axis_group = dict(zip(_CHUNK_AXES, groups, strict=True))
+
+        def row(seq: tuple[CommCall, ...], forward: bool) -> np.ndarray:
+            key = (seq, forward, groups)
+            found = self._rows.get(key)
+            if found is None:
+                found = self._rows[key] = timed(seq, forward)
+            return found
+
+        def timed(seq: Sequence[CommCall], forward: bool) -> np.ndarray:
+            out = np.zeros((_COMM_FIELDS, len(seq)))
+            for j, c in enumerate(seq):
+                t = self.seconds(c, axis_group[c.axis])
+                if c.blocking:
+                    out[0, j] = t
+                    if forward:
+                        out[1, j] = t
+                    continue
+                out[2 if forward else 3, j] = t
+                if c.axis in ("tp", "cp"):
+                    out[(4 if c.axis == "tp" else 6) + (0 if forward else 1), j] = t
+            return out
+
+        def repeat(pattern: np.ndarray) -> np.ndarray:
+            k = pattern.shape[1]
+            tiled = np.tile(pattern, (1, on.shape[1]))[None]  # [1, 8, width k]
+            return np.where(np.repeat(on, k, axis=1)[:, None, :], tiled, 0.0)
+
+        def ends(seq: tuple[CommCall, ...], forward: bool, mask: np.ndarray) -> np.ndarray:
+            return np.where(mask[:, None, None], row(seq, forward)[None], 0.0)
+
+        parts = [
+            ends(emb.forward, True, first),
+            repeat(row(block.forward, True)),
+            ends(head.forward, True, last),
+            ends(head.backward, False, last),
+            repeat(row(block.backward, False)),
+            ends(emb.backward, False, first),
+        ]
+        full = np.concatenate([np.zeros((len(first), _COMM_FIELDS, 1)), *parts], axis=2)
+        return np.asarray(np.add.accumulate(full, axis=2)[..., -1])
+
+    def _activations(
+        self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo, m: int, blocks: np.ndarray
+    ) -> np.ndarray:
+        """``[pp]``: :func:`~parplan.plan.sharded.memory.stage_memory`'s activations per stage."""
+        shape, pp, v = self.shape, mesh.pp, s.virtual_stages
+        per_block, working = self._block(s, mesh, info)[3]
+        key = (s.schedule, m, pp, v)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = np.asarray(
+                [inflight_chunks(s.schedule, m, pp, st, v) for st in range(pp)]
+            )
+        layers = np.add.accumulate(np.concatenate([[0.0], np.full(int(blocks.max()), per_block)]))[blocks]
+        total = layers * held + working
+        tokens = s.microbatch_size * shape.sequence_length / s.cp
+        sp_split = s.tp if s.sequence_parallel else 1
+        if shape.dropout:
+            total[0] += tokens * shape.hidden / sp_split * held[0]
+        total[pp - 1] += tokens * shape.hidden * shape.bytes_per_element / sp_split
+        per_logit = EAGER_LOGIT_BYTES if s.kernels == "eager" else LOGIT_BYTES
+        total[pp - 1] += per_logit * tokens * shape.vocabulary / s.tp
+        return np.asarray(total)

@@ -1,0 +1,63 @@
+"""What one transformer block, the embedding and the head put into a sharded plan's model chunk
+besides compute: the parameters one device holds for each (after TP/EP splits), the activation
+bytes sent between chunks, and the seconds of FSDP2's copies. :func:`~parplan.plan.sharded.costs.
+layout_plan` sums them chunk by chunk; a search sums them as arrays over many plans at once
+(:mod:`parplan.api.search.chunks`), so both read these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from parplan.config.strategy import ShardedStrategy
+from parplan.plan.compute import memory_bandwidth_Bps
+from parplan.plan.sharded.sync import UnitParams, fsdp_copy_bytes, gathered_param_bytes
+
+if TYPE_CHECKING:
+    from parplan.config.model import ModelSpec
+    from parplan.model.transformer import TransformerShape
+    from parplan.topology.network import DeviceInfo
+
+
+def embedding_unit(shape: TransformerShape, strategy: ShardedStrategy, name: str = "embedding") -> UnitParams:
+    """The embedding's parameters on one device (split over TP)."""
+    return UnitParams(name, shape.embedding_params() / strategy.tp, 0.0)
+
+
+def block_unit(
+    shape: TransformerShape, strategy: ShardedStrategy, ep: int, layer: int, name: str = "block"
+) -> UnitParams:
+    """Block ``layer``'s parameters on one device: dense over TP, experts over TP x EP."""
+    experts = shape.expert_params(layer)
+    return UnitParams(name, (shape.block_params(layer) - experts) / strategy.tp, experts / (strategy.tp * ep))
+
+
+def head_unit(shape: TransformerShape, strategy: ShardedStrategy, name: str = "head") -> UnitParams:
+    """The head's parameters on one device (split over TP; the tied embedding's copy with a
+    pipeline, as Megatron keeps it on the last stage)."""
+    head = shape.head_params()
+    if shape.tie_embeddings and strategy.pp > 1:
+        head = float(shape.vocabulary * shape.hidden)  # Megatron's copy on the last stage
+    return UnitParams(name, head / strategy.tp, 0.0)
+
+
+def p2p_bytes(strategy: ShardedStrategy, shape: TransformerShape) -> float:
+    """Bytes one micro-batch sends between consecutive chunks: its activation scattered over the
+    TP group (:mod:`~parplan.plan.sharded.costs`)."""
+    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    return tokens * shape.hidden * shape.bytes_per_element / strategy.tp
+
+
+def fsdp_copy_seconds(
+    strategy: ShardedStrategy, units: Sequence[UnitParams], spec: ModelSpec, info: DeviceInfo
+) -> tuple[float, float]:
+    """(forward, backward) seconds of FSDP2's copies for ``units`` on ``info``'s memory (zero
+    without FSDP): what a chunk adds to its compute. Works on numpy arrays of
+    parameter counts too (the search's vectorized chunks)."""
+    from parplan.plan.compute import MEMORY_EFFICIENCY
+
+    param_bytes = gathered_param_bytes(spec.bytes_per_param, strategy.dtype)
+    fwd, bwd = fsdp_copy_bytes(strategy, units, param_bytes, spec.bytes_per_grad)
+    rate = memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY
+    return fwd / rate, bwd / rate
