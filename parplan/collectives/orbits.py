@@ -38,9 +38,10 @@ Groups = Sequence[Sequence[int]]
 OrbitBuilder = Callable[[int | None, int, int, Groups | None], Iterator[Schedule]]
 """(channels or other parameter, ranks, elements, groups) -> orbit schedules, shifts ascending."""
 
-MAX_SHIFTS = 4
+MAX_SHIFTS = 12
 """Orbit schedules offered per call at most (the smallest shifts): each one the network refuses
-costs a check, and a network that refuses four shifts is rarely symmetric at all."""
+costs a check (routes are cached, so mostly array work), and a leaf of 32 hosts needs the sixth
+divisor of p."""
 
 
 def _divisors(p: int) -> list[int]:

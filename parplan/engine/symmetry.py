@@ -134,7 +134,7 @@ def find_quotient(graph: TaskGraph, network: Network, image: IntArray) -> Quotie
     if orbits is None:
         return None
     channel_orbit, orbit_channels = orbits
-    rep = np.array([min(cycles[c]) for c in cycle_of.tolist()], dtype=np.int64)
+    rep = np.array([min(c) for c in cycles], dtype=np.int64)[cycle_of]
     return Quotient(image, k, rep, channel_orbit, orbit_channels, routes)
 
 
@@ -272,6 +272,7 @@ class OrbitRoutes(RouteTable):
         order = np.argsort(key_codes)
         self._key_codes = np.asarray(key_codes, dtype=np.int64)[order]
         self._key_ids = np.asarray(key_ids, dtype=np.int64)[order]
+        self._by_code = dict(zip(key_codes, key_ids, strict=True))
 
     @property
     def num_routes(self) -> int:
@@ -293,6 +294,13 @@ class OrbitRoutes(RouteTable):
 
     def ids(self, src: IdArray, dst: IdArray, lane: LaneArray | None = None) -> IntArray:
         """Route ids of representative transfers (every one was routed by :func:`find_quotient`)."""
+        if len(src) == 1:  # the usual batch: one representative
+            code = (int(src[0]) * self._num_dev + int(dst[0])) * self._span + (
+                0 if lane is None else int(lane[0])
+            )
+            rid = self._by_code.get(code)
+            if rid is not None:
+                return np.array([rid], dtype=np.int64)
         codes = src.astype(np.int64) * self._num_dev + dst
         codes = codes * self._span + (0 if lane is None else lane.astype(np.int64))
         pos = np.minimum(np.searchsorted(self._key_codes, codes), len(self._key_codes) - 1)
