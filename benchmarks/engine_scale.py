@@ -112,6 +112,7 @@ def _symmetric(network: Any, devices: Any, p: int, call_s: float) -> dict[str, A
     try:
         from parplan.api.symmetric import full_simulation_forced
         from parplan.collectives.orbits import orbit_schedules, shift_image
+        from parplan.collectives.ring import RingAlgorithm
         from parplan.engine.symmetry import find_quotient
     except ImportError:
         return None
@@ -121,7 +122,8 @@ def _symmetric(network: Any, devices: Any, p: int, call_s: float) -> dict[str, A
     if full_simulation_forced():
         return None
     t1 = time.perf_counter()
-    for schedule in orbit_schedules("ring", 1, p, SIZE_BYTES // ELEMENT_BYTES):
+    spec = RingAlgorithm(name="ring", channels=1)
+    for schedule in orbit_schedules(spec, p, SIZE_BYTES // ELEMENT_BYTES):
         t2 = time.perf_counter()
         graph = collective_taskgraph(schedule, devices, ELEMENT_BYTES, call_overhead_s=call_s)
         shift = schedule.meta["orbit"]["shift"]

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import cast
 
+from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.orbits import orbit_schedules, shift_image
 from parplan.engine.result import SimResult
 from parplan.engine.simulate import simulate
@@ -36,8 +37,7 @@ def full_simulation_forced() -> bool:
 def simulate_symmetric(
     network: Network,
     devices: Sequence[str],
-    algorithm: str,
-    parameter: int | None,
+    spec: AlgorithmSpecBase,
     num_elements: int,
     element_bytes: float,
     *,
@@ -49,15 +49,15 @@ def simulate_symmetric(
     gamma_s_per_byte: float | None = None,
     link_sharing: bool = True,
 ) -> SimResult | None:
-    """The full run's result of ``algorithm`` (with its ``parameter``, e.g. a ring's channels) on
-    ``devices`` (rank r on ``devices[r]``), simulated on the quotient of the first orbit schedule
-    the network respects; None when there is none (or :func:`full_simulation_forced`). The result
-    has per-task times for the representative steps only; its ``meta["symmetry"]`` says which
-    shift ran (``shift``, ``orbit_size``, ``channel_orbits``, ``transfers``)."""
+    """The full run's result of ``collective``'s algorithm ``spec`` on ``devices`` (rank r on
+    ``devices[r]``), simulated on the quotient of the first orbit schedule the network respects;
+    None when there is none (or :func:`full_simulation_forced`). The result has per-task times
+    for the representative steps only; its ``meta["symmetry"]`` says which shift ran
+    (``shift``, ``orbit_size``, ``representatives``, ``channel_orbits``, ``transfers``)."""
     if full_simulation_forced():
         return None
     p = len(devices)
-    for schedule in orbit_schedules(algorithm, parameter, p, num_elements, groups, collective):
+    for schedule in orbit_schedules(spec, p, num_elements, groups, collective):
         graph = collective_taskgraph(
             schedule,
             devices,

@@ -19,7 +19,7 @@ for every g; rings laid out node by node for a multiple of the node size, when t
 alike). Anything else has no orbit form and is simulated in full. Adding an algorithm's orbit
 form is a function here and a line in :data:`ORBIT_BUILDERS`.
 
->>> s = next(orbit_schedules("ring", None, 8, 64))
+>>> s = next(orbit_schedules(RingAlgorithm(name="ring"), 8, 64))
 >>> s.meta["orbit"], s.num_steps, s.src.tolist()[:3], s.dst.tolist()[:3]
 ({'shift': 1, 'orbit_size': 8, 'steps': 112}, 14, [0, 0, 0], [1, 1, 1])
 """
@@ -31,12 +31,13 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from parplan.collectives._build import make_schedule
-from parplan.collectives.ring import RING_PHASES, ring_channels, ring_lanes, ring_orders
+from parplan.collectives.algorithm import AlgorithmSpecBase
+from parplan.collectives.ring import RING_PHASES, RingAlgorithm, ring_channels, ring_lanes, ring_orders
 from parplan.collectives.schedule import IntArray, Schedule, chunk_bounds
 
 Groups = Sequence[Sequence[int]]
-OrbitBuilder = Callable[[int | None, int, int, Groups | None], Iterator[Schedule]]
-"""(channels or other parameter, ranks, elements, groups) -> orbit schedules, shifts ascending."""
+OrbitBuilder = Callable[[AlgorithmSpecBase, int, int, Groups | None], Iterator[Schedule]]
+"""(spec, ranks, elements, groups) -> orbit schedules, shifts ascending."""
 
 MAX_SHIFTS = 12
 """Orbit schedules offered per call at most (the smallest shifts): each one the network refuses
@@ -135,25 +136,32 @@ def _ring_orbit_schedule(
     )
 
 
-ORBIT_BUILDERS: dict[tuple[str, str], OrbitBuilder] = {("all_reduce", "ring"): ring_orbits}
+def _ring_spec_orbits(
+    spec: AlgorithmSpecBase, num_ranks: int, num_elements: int, groups: Groups | None
+) -> Iterator[Schedule]:
+    """:func:`ring_orbits` for a ring spec (its channels)."""
+    channels = spec.channels if isinstance(spec, RingAlgorithm) else 1
+    return ring_orbits(channels, num_ranks, num_elements, groups)
+
+
+ORBIT_BUILDERS: dict[tuple[str, str], OrbitBuilder] = {("all_reduce", "ring"): _ring_spec_orbits}
 """Orbit forms by (collective, algorithm name)."""
 
 
 def orbit_schedules(
-    algorithm: str,
-    parameter: int | None,
+    spec: AlgorithmSpecBase,
     num_ranks: int,
     num_elements: int,
     groups: Groups | None = None,
     collective: str = "all_reduce",
 ) -> Iterator[Schedule]:
-    """The orbit schedules of ``collective``'s ``algorithm`` (with its ``parameter``, e.g. a
-    ring's channels) on ``num_ranks`` ranks, smallest shift first; none when it has no orbit form
-    here or is not invariant under any shift."""
-    builder = ORBIT_BUILDERS.get((collective, algorithm))
+    """The orbit schedules of ``collective``'s algorithm ``spec`` on ``num_ranks`` ranks, smallest
+    shift first (as its full schedule would be built with these arguments); none when it has no
+    orbit form here or is not invariant under any shift."""
+    builder = ORBIT_BUILDERS.get((collective, spec.name))
     if builder is None:
         return iter(())
-    return builder(parameter, num_ranks, num_elements, groups)
+    return builder(spec, num_ranks, num_elements, groups)
 
 
 def shift_image(num_ranks: int, shift: int, num_devices: int | None = None) -> IntArray:

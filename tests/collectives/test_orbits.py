@@ -10,6 +10,7 @@ import pytest
 from parplan.collectives.orbits import orbit_schedules, ring_orbits, shift_image
 from parplan.collectives.ring import ring_all_reduce
 from parplan.collectives.schedule import Schedule
+from parplan.collectives.specs import parse_algorithm
 
 
 def _steps(s: Schedule, shift: int = 0, times: int = 1) -> Counter[tuple[int, ...]]:
@@ -68,8 +69,9 @@ def test_no_orbit_form_for_unequal_chunks_one_rank_or_other_algorithms() -> None
     assert list(ring_orbits(1, 8, 8 * 5 + 1)) == []
     assert list(ring_orbits(1, 1, 64)) == []
     assert list(ring_orbits(3, 8, 8 * 2)) == []  # a channel with an empty part
-    assert list(orbit_schedules("tree", 2, 8, 64)) == []
-    assert list(orbit_schedules("ring", None, 8, 64, collective="all_gather")) == []
+    assert list(orbit_schedules(parse_algorithm("tree:2"), 8, 64)) == []
+    assert list(orbit_schedules(parse_algorithm("ring"), 8, 64, collective="all_gather")) == []
+    assert len(list(orbit_schedules(parse_algorithm("ring:2"), 8, 64))) == 3  # shifts 1, 2, 4
 
 
 def test_shift_image_moves_ranks_only() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from parplan.api.symmetric import FULL_SIMULATION_ENV, simulate_symmetric
 from parplan.collectives.orbits import shift_image
-from parplan.collectives.ring import ring_all_reduce
+from parplan.collectives.ring import RingAlgorithm, ring_all_reduce
 from parplan.config.cluster import ClusterSpec
 from parplan.config.loader import load_cluster
 from parplan.engine.allocator import max_min_rates
@@ -87,9 +87,10 @@ def _both(
     schedule = ring_all_reduce(len(devs), count, channels=channels, groups=groups)
     graph = collective_taskgraph(schedule, devs, 4, protocol=protocol, call_overhead_s=call_s)
     full = simulate(graph, network, link_sharing=link_sharing)
+    spec = RingAlgorithm(name="ring", channels=channels)
     sym = simulate_symmetric(
-        network, devs, "ring", channels, count, 4, groups=groups, protocol=protocol,
-        call_overhead_s=call_s, link_sharing=link_sharing,
+        network, devs, spec, count, 4, groups=groups, protocol=protocol, call_overhead_s=call_s,
+        link_sharing=link_sharing,
     )  # fmt: skip
     return full, sym
 
@@ -222,3 +223,27 @@ def test_a_weight_counts_that_many_flows() -> None:
         np.array([[0]]), np.array([1]), np.array([4e9]), np.array([4e9]), pair_weight=np.array([[4.0]])
     )
     assert rate.tolist() == [1e9] and used.tolist() == [0] and shared
+
+
+def test_collective_sweep_runs_symmetric_rows_on_the_quotient(monkeypatch: pytest.MonkeyPatch) -> None:
+    from parplan.api.collective import collective_sweep, expand_algorithms
+
+    network = _network(_generators(8)["switch"], "nccl")
+    devices = list(network.devices)
+    specs = expand_algorithms("ring,tree:2")
+    sizes = [(8 * 1024 + 4, 8 * 256 + 1), (8 * 4096, 8 * 1024)]
+    sweep = collective_sweep(network, devices, specs, sizes)
+    traced = collective_sweep(network, devices, specs, sizes, trace=True)
+    monkeypatch.setenv(FULL_SIMULATION_ENV, "1")
+    full = collective_sweep(network, devices, specs, sizes)
+    marked = [(row.algorithm, row.size_bytes) for row in sweep.rows if row.symmetry is not None]
+    assert marked == [("ring", 8 * 4096)]  # not the tree, not unequal chunks
+    assert sweep.rows[2].symmetry == {
+        "shift": 1, "orbit_size": 8, "representatives": 1, "channel_orbits": 2, "transfers": 112
+    }  # fmt: skip
+    for a, b in zip(sweep.rows, full.rows, strict=True):
+        assert a.time_s == pytest.approx(b.time_s, rel=REL, abs=0)
+    # A trace needs every transfer's times: the traced (largest) size runs in full.
+    assert all(row.symmetry is None for row in traced.rows)
+    assert [len(t.result.end_s) for t in traced.traces] == [t.graph.num_tasks for t in traced.traces]
+    assert len(traced.traces[0].result.end_s) >= 112
