@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from parplan.api.knobs import algorithm_problem
 from parplan.collectives.algorithm import AlgorithmSpecBase
@@ -105,6 +105,9 @@ class CollectiveRow:
     collective: str = "all_reduce"
     chosen: str | None = None
     """What ``auto`` (or a forced protocol) ran at this size, e.g. ``auto=ring/ll128/8ch``."""
+    symmetry: dict[str, int] | None = None
+    """Simulated once per orbit of a rank shift (exactly; :mod:`parplan.api.symmetric`): the shift,
+    orbit size, channel orbits and transfers of the full run; None when simulated in full."""
 
     @property
     def algbw_GBps(self) -> float:
@@ -366,13 +369,34 @@ def _simulate(
     groups: Sequence[Sequence[int]] | None,
     gamma_s_per_byte: float | None,
     collective: str = "all_reduce",
-) -> tuple[SimResult, TaskGraph]:
+    *,
+    per_task: bool = False,
+) -> tuple[SimResult, TaskGraph | None]:
     """The run's schedule of ``count`` elements lowered onto ``devices`` and simulated, with its
     protocol (NCCL's LL / LL128 / Simple under the ``nccl`` transport), per-channel rate ceiling
-    and per-call cost."""
+    and per-call cost. Where the schedule and the cluster are symmetric it runs once per orbit,
+    exactly (:mod:`parplan.api.symmetric`; the result's ``meta["symmetry"]`` says so, and there is
+    no graph), unless ``per_task``: a trace needs every transfer's times, so it runs in full."""
+    from parplan.api.symmetric import simulate_symmetric
     from parplan.engine.simulate import simulate
     from parplan.plan.collective import collective_taskgraph
 
+    if not per_task:
+        result = simulate_symmetric(
+            network,
+            devices,
+            run.spec,
+            count,
+            element_bytes,
+            groups=groups,
+            collective=collective,
+            protocol=run.protocol,
+            call_overhead_s=run.call_overhead_s,
+            max_rate_Bps=run.max_rate_Bps,
+            gamma_s_per_byte=gamma_s_per_byte,
+        )
+        if result is not None:
+            return result, None
     schedule = get(run.spec.name, collective).build(run.spec, len(devices), count, groups)
     graph = collective_taskgraph(
         schedule,
@@ -438,8 +462,10 @@ def collective_sweep(
     for size_bytes, count in sizes:
         times: list[float] = []
         chosen: list[str | None] = []
+        symmetries: list[dict[str, int] | None] = []
         for i, (spec, label) in enumerate(zip(algorithms, labels, strict=True)):
             name = None
+            symmetry = None
             if fits:
                 t = _closed_form(spec, p, size_bytes, fits[i].parameters, groups, collective)
             else:
@@ -447,18 +473,22 @@ def collective_sweep(
                     progress(f"{label} {size_bytes:.0f} B")
                 run = resolve_run(spec, size_bytes, system, network.transport, protocol, collective)
                 name = run.chosen
+                traced = trace and (size_bytes, count) == sizes[-1]
                 result, graph = _simulate(
-                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, collective
-                )
+                    network, devices, run, count, element_bytes, groups, gamma_s_per_byte, collective,
+                    per_task=traced,
+                )  # fmt: skip
                 t = result.makespan_s
-                if trace and (size_bytes, count) == sizes[-1]:
+                symmetry = cast("dict[str, int] | None", result.meta.get("symmetry"))
+                if traced and graph is not None:
                     traces.append(CollectiveTrace(label, result, graph, network))
             times.append(t)
             chosen.append(name)
+            symmetries.append(symmetry)
         best = min(times)
-        for label, t, name in zip(labels, times, chosen, strict=True):
+        for label, t, name, sym in zip(labels, times, chosen, symmetries, strict=True):
             fastest = len(labels) > 1 and t == best
-            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest, collective, name))
+            rows.append(CollectiveRow(label, p, size_bytes, count, t, fastest, collective, name, sym))
     ends = sorted({min(sizes)[0], max(sizes)[0]})  # latency-bound and bandwidth-bound ends
     checks = [
         _check(

@@ -59,6 +59,7 @@ def max_min_rates(
     bandwidth_Bps: FloatArray,
     narrowest_Bps: FloatArray,
     sharing: bool = True,
+    pair_weight: FloatArray | None = None,
 ) -> tuple[FloatArray, IntArray, bool]:
     """Max-min fair rate of each flow on routes carrying ``counts`` flows each.
 
@@ -66,6 +67,12 @@ def max_min_rates(
     channel ``len(bandwidth_Bps)``), ``narrowest_Bps`` each route's narrowest bandwidth. Returns
     the rate per route, the channels in use (sorted) and whether any carries two flows or more.
     Without ``sharing``, or when no channel is shared, each flow gets its narrowest link.
+
+    ``pair_weight`` (shaped like ``route_channels``; None: all 1) is how many flows each flow of
+    a route stands for on each of its channels: in a symmetric run (:mod:`parplan.engine.symmetry`)
+    a route is an orbit of routes and a channel an orbit of channels, and each flow of the orbit
+    loads each channel of a channel orbit ``weight`` times. A route with a weight above 1 is
+    filled like one that shares its channels with others (as its translates do in the full run).
 
     >>> # Links of 1 and 2 GB/s in a line: A crosses both, B the first, C the second.
     >>> rate, used, shared = max_min_rates(
@@ -82,6 +89,9 @@ def max_min_rates(
     nu = len(used)
     pr = np.repeat(np.arange(nr), route_channels.shape[1])[real]
     weight = counts[pr].astype(np.float64)  # flows of each (route, channel) pair
+    pw = None if pair_weight is None else pair_weight.ravel()[real]
+    if pw is not None:
+        weight *= pw
     n_on = cast(FloatArray, np.bincount(pcl, weights=weight, minlength=nu))  # flows per channel
     shared = bool(n_on.max() >= 2)
     if not shared or not sharing:
@@ -90,6 +100,8 @@ def max_min_rates(
     # own: its flows split its narrowest channel evenly (what filling would give it).
     rate = np.empty(nr)
     crowded = np.bincount(pcl, minlength=nu)[pcl] > 1  # pairs on a channel other routes use
+    if pw is not None:
+        crowded |= pw > 1.0  # an orbit's translates share the channel among themselves
     alone = np.bincount(pr[crowded], minlength=nr) == 0
     if alone.any():
         rate[alone] = narrowest_Bps[alone] / counts[alone]
@@ -187,7 +199,7 @@ class AllocationCache:
         table = self.routes
         rate, channels, shared = max_min_rates(
             table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
-            self.sharing,
+            self.sharing, None if table.weights is None else table.weights[routes],
         )  # fmt: skip
         route_rate = np.zeros(len(per_route))
         route_rate[routes] = rate

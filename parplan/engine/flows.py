@@ -200,6 +200,8 @@ class Flows:
             pc, s_pairs = pc[real], s_pairs[real]
         sorted_pc = np.sort(pc)
         clash = bool((s_pairs < self.ch_until[pc]).any()) or bool((sorted_pc[1:] == sorted_pc[:-1]).any())
+        if routes.multi is not None and not clash:  # an orbit whose translates share a channel
+            clash = bool(routes.multi[rids].any())
         self._sync()
         np.add.at(self.rec.route_bytes, rids, sizes)
         rate = routes.narrowest_Bps[rids]

@@ -43,19 +43,32 @@ class Recorder:
             self.route_busy_s = np.concatenate([self.route_busy_s, np.zeros(grow)])
 
     def channel_bytes(self, routes: RouteTable) -> FloatArray:
-        """Bytes carried per network channel."""
-        return self._per_channel(np.zeros(self.num_channels + 1), self.route_bytes, routes.channels)
+        """Bytes carried per channel of ``routes`` (each route's bytes times its flows' weight on
+        the channel, in a symmetric run)."""
+        return self._per_channel(
+            np.zeros(self.num_channels + 1), self.route_bytes, routes.channels, routes.weights
+        )
 
     def channel_busy(self, routes: RouteTable) -> FloatArray:
         """Seconds with at least one flow moving, per network channel (after the flows' flush)."""
         return self._per_channel(self.channel_busy_s, self.route_busy_s, routes.channels)
 
-    def _per_channel(self, base: FloatArray, per_route: FloatArray, route_channels: IntArray) -> FloatArray:
-        """``base`` plus each route's figure added on each of its channels, padding dropped."""
+    def _per_channel(
+        self,
+        base: FloatArray,
+        per_route: FloatArray,
+        route_channels: IntArray,
+        weights: FloatArray | None = None,
+    ) -> FloatArray:
+        """``base`` plus each route's figure added on each of its channels (times ``weights``
+        where given), padding dropped."""
         out = base.copy()
         if len(per_route):
             width = route_channels.shape[1]
-            np.add.at(out, route_channels.ravel(), np.repeat(per_route, width))
+            figures_on = np.repeat(per_route, width)
+            if weights is not None:
+                figures_on = figures_on * weights[: len(per_route)].ravel()
+            np.add.at(out, route_channels[: len(per_route)].ravel(), figures_on)
         figures: FloatArray = out[: self.num_channels]
         return figures
 
@@ -94,9 +107,9 @@ class Recorder:
             compute_busy_s=compute_busy_s,
             reduction_busy_s=reduction_busy_s,
             channel_names=routes.network.channel_names,
-            channel_bandwidth_Bps=routes.bandwidth_Bps,
-            channel_bytes=self.channel_bytes(routes),
-            channel_busy_s=self.channel_busy(routes),
+            channel_bandwidth_Bps=routes.network_bandwidth_Bps,
+            channel_bytes=routes.expand(self.channel_bytes(routes)),
+            channel_busy_s=routes.expand(self.channel_busy(routes)),
             num_events=num_events,
             collective=stats,
         )

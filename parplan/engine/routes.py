@@ -72,11 +72,25 @@ class RouteTable:
         self.padded = False  # some route is shorter than the channel matrix is wide
         self._lane_ids: dict[tuple[int, int], int] = {}  # (src * num_net_dev + dst, lane) -> id
         self._ids_by_path: dict[tuple[int, tuple[int, ...]], int] = {}  # (pair key, channels) -> id
+        # Flows each flow stands for on each (route, channel) pair, shaped like ``channels``, and
+        # the routes with a weight above 1: None here (every flow is itself); a symmetric run's
+        # table of orbits sets them (:class:`parplan.engine.symmetry.OrbitRoutes`).
+        self.weights: npt.NDArray[np.float64] | None = None
+        self.multi: npt.NDArray[np.bool_] | None = None
 
     @property
     def num_routes(self) -> int:
         """Routes found so far."""
         return len(self._channel_list)
+
+    @property
+    def network_bandwidth_Bps(self) -> npt.NDArray[np.float64]:
+        """Bandwidth of every network channel (the table's channels are the network's here)."""
+        return self.bandwidth_Bps
+
+    def expand(self, per_channel: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """A figure per table channel as a figure per network channel (here: the same array)."""
+        return per_channel
 
     def ids(self, src: IdArray, dst: IdArray, lane: LaneArray | None = None) -> IntArray:
         """Route ids for graph device pairs (on ``lane``: None or 0 is the plain route), asking the

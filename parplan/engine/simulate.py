@@ -43,7 +43,9 @@ The parts, each in its own module with its own tests:
   and :mod:`~parplan.engine.routes` (route ids, channels, latencies);
 - :mod:`~parplan.engine.recorder`: per-task times, per-link bytes and busy time, the result;
 - :mod:`~parplan.engine.tasks`: the engine's only view of the task graph, and task readiness;
-- :mod:`~parplan.engine.streams`: per-device compute and reduction streams.
+- :mod:`~parplan.engine.streams`: per-device compute and reduction streams;
+- :mod:`~parplan.engine.symmetry`: a run simulated once per orbit of a rotation of its devices
+  (``quotient``), exact where the network was checked to respect it.
 
 This module is the driver that wires them: tasks become ready, markers cascade, compute goes to
 its stream, transfers to their routes and flows, arrivals to the reduction streams.
@@ -59,6 +61,8 @@ topologies).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from parplan.engine.arrays import IntArray, min_max
@@ -68,6 +72,7 @@ from parplan.engine.recorder import Recorder
 from parplan.engine.result import SimResult
 from parplan.engine.routes import RouteTable
 from parplan.engine.streams import ComputeStreams, ReductionStreams, device_rates
+from parplan.engine.symmetry import OrbitRoutes, Quotient, expand_devices, summary
 from parplan.engine.tasks import Dependencies, TaskView
 from parplan.engine.transport import MessagePricer
 from parplan.errors import SimulationError
@@ -81,12 +86,17 @@ def simulate(
     *,
     gamma_s_per_byte: float | None = None,
     link_sharing: bool = True,
+    quotient: Quotient | None = None,
 ) -> SimResult:
     """Time ``graph`` on ``network``; see the module docstring for the exact semantics.
 
     ``gamma_s_per_byte`` overrides every device's reduction cost (seconds per byte).
     ``link_sharing=False`` gives every flow its route's narrowest bandwidth whatever else is on
-    the wire (a contention-free what-if). Raises :class:`SimulationError` for malformed graphs
+    the wire (a contention-free what-if). With a ``quotient``
+    (:func:`~parplan.engine.symmetry.find_quotient`), ``graph`` holds one representative transfer
+    per orbit and the result is the full run's: makespan, per-channel bytes and busy time of every
+    channel, per-device busy time; per-task times are the representatives' only, and ``meta``
+    says so (``"symmetry"``). Raises :class:`SimulationError` for malformed graphs
     and dependency cycles, :class:`TopologyError` for devices the network does not have.
 
     >>> import networkx as nx
@@ -102,25 +112,42 @@ def simulate(
     >>> round(simulate(b.build(), Network(g)).makespan_s, 9)
     2.000001
     """
-    engine = _Engine(TaskView.of(graph), network, gamma_s_per_byte, link_sharing)
+    engine = _Engine(TaskView.of(graph), network, gamma_s_per_byte, link_sharing, quotient)
     engine.run()
-    return engine.result(graph.meta.get("collective"))
+    result = engine.result(graph.meta.get("collective"))
+    if quotient is None:
+        return result
+    return replace(
+        result,
+        compute_busy_s=expand_devices(result.compute_busy_s, quotient),
+        reduction_busy_s=expand_devices(result.reduction_busy_s, quotient),
+        meta={**result.meta, "symmetry": summary(quotient, int(np.count_nonzero(graph.kind == TRANSFER)))},
+    )
 
 
 class _Engine:
     """One simulation run: the parts, and what happens to tasks as they become ready and end."""
 
     def __init__(
-        self, tasks: TaskView, network: Network, gamma_s_per_byte: float | None, link_sharing: bool
+        self,
+        tasks: TaskView,
+        network: Network,
+        gamma_s_per_byte: float | None,
+        link_sharing: bool,
+        quotient: Quotient | None = None,
     ) -> None:
         self.tasks = tasks
         self.kernel = Kernel()
-        self.routes = RouteTable(network, tasks.devices)
+        self.routes = RouteTable(network, tasks.devices) if quotient is None else OrbitRoutes(
+            network, tasks.devices, quotient
+        )
         flop_rate, gamma = device_rates(tasks, network, gamma_s_per_byte)
         self.deps = Dependencies(tasks)
         self.rec = Recorder(tasks.num_tasks, self.routes.num_channels)
+        self.rec.grow_routes(self.routes.num_routes)
         self.compute = ComputeStreams(self.kernel, tasks, flop_rate, self.rec.start_s)
-        self.reduction = ReductionStreams(self.kernel, tasks, gamma)
+        receiver = None if quotient is None else quotient.device_rep
+        self.reduction = ReductionStreams(self.kernel, tasks, gamma, receiver)
         self.pricer = MessagePricer(
             network.transport, self.routes, tasks.size_bytes, tasks.protocol, tasks.overhead_s
         )

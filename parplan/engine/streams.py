@@ -188,18 +188,25 @@ class ComputeStreams:
 
 
 class ReductionStreams:
-    """Every device's reduction stream: received bytes cost ``gamma x bytes`` each, FIFO."""
+    """Every device's reduction stream: received bytes cost ``gamma x bytes`` each, FIFO.
 
-    def __init__(self, kernel: Kernel, tasks: TaskView, gamma_s_per_byte: FloatArray) -> None:
+    ``receiver[d]`` (None: ``d``) is the stream that reduces what arrives at device ``d``: in a
+    symmetric run, ``d``'s representative (:mod:`parplan.engine.symmetry`).
+    """
+
+    def __init__(
+        self, kernel: Kernel, tasks: TaskView, gamma_s_per_byte: FloatArray, receiver: IntArray | None = None
+    ) -> None:
         self.kernel = kernel
         self.tasks = tasks
         self.gamma_s_per_byte = gamma_s_per_byte
+        self.receiver = receiver
         self.free = np.zeros(len(tasks.devices))
         self.busy_s = np.zeros(len(tasks.devices))
 
     def submit(self, tasks: IntArray) -> None:
         """Reducing transfers ``tasks`` (sorted by id) have arrived now; they end when reduced."""
-        devs = self.tasks.dst[tasks]
+        devs = self.tasks.dst[tasks] if self.receiver is None else self.receiver[self.tasks.dst[tasks]]
         durs = self.gamma_s_per_byte[devs] * self.tasks.size_bytes[tasks]
         _, ends = fifo_book(self.free, self.busy_s, tasks, devs, durs, self.kernel.now)
         self.kernel.push_grouped(ends, tasks, DONE)

@@ -75,6 +75,8 @@ def row_document(row: CollectiveRow) -> dict[str, Any]:
     }
     if row.chosen is not None:
         doc["chosen"] = row.chosen
+    if row.symmetry is not None:
+        doc["symmetry"] = row.symmetry
     return doc
 
 
