@@ -31,6 +31,19 @@ Every strategy expander converts work to seconds here, so one set of assumptions
 - **FlashAttention-2 on Hopper** (:data:`FLASH2_PEAK_SHARE`): an attention op marked
   ``kernel="flash2"`` (PyTorch's SDPA, which eager plans run) reaches the share of the dense peak
   the FlashAttention-3 paper measured for FlashAttention-2 on the architecture, where it knows one.
+- **Communication kernels beside compute** (:func:`comm_sm_share`, :func:`overlapped_exposed_s`):
+  an NCCL collective is one kernel of one thread block (CTA) per channel (``ncclLaunchKernel``
+  launches a grid of ``nChannels`` blocks, NCCL's ``src/enqueue.cc``), resident on its SMs for the
+  whole call. A GEMM or attention kernel that runs while it is in flight on the same device gets
+  the other SMs only: ``(SMs - channels) / SMs`` of its rate (its thread blocks fill an SM's
+  shared memory, so they do not share an SM with a resident NCCL block). Measured, not only
+  argued: Rashidi et al. (ISCA 2021, "Enabling compute-communication overlap in distributed deep
+  learning training platforms") and Pati et al. (ASPLOS 2024, "T3") report overlapped GEMMs
+  slowed by the communication kernels' SM and memory use, and Transformer Engine's
+  userbuffers overlap caps its communication SMs for that reason. A collective of ``X`` seconds
+  taking a share ``c`` of the SMs beside ``C`` seconds of compute ends both at
+  ``max(X, C + c X)``: it exposes ``max(X - C, c X)`` beyond the compute, where without the
+  contention it exposed ``max(0, X - C)``.
 - **Straggler jitter**: when ``training.straggler_jitter`` is ``j > 0`` every compute time of a
   device in a step is multiplied by one factor ``1 + j x u`` with ``u`` uniform in ``[-1, 1)``,
   drawn from a generator seeded by ``(seed, crc32(device name), step)``; so a device is slow or fast
@@ -49,7 +62,7 @@ import math
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -240,6 +253,33 @@ def tensor_clock_scale(device: DeviceInfo) -> float:
     if tdp is None or limit is None or limit >= tdp:
         return 1.0
     return float((limit / tdp) ** (1.0 / 3.0))
+
+
+def comm_sm_share(device: DeviceInfo, channels: int) -> float:
+    """Share of ``device``'s SMs a collective of ``channels`` NCCL channels (one CTA each) holds
+    while it runs (module docstring); 0 when the device does not state its SM count.
+
+    >>> from parplan.topology.network import DeviceInfo
+    >>> d = DeviceInfo("g", 1e15, 0.5, 1.0, 8e10, None, None, sm_count=132)
+    >>> round(comm_sm_share(d, 12), 4)
+    0.0909
+    """
+    if not device.sm_count or channels <= 0:
+        return 0.0
+    return min(channels, device.sm_count) / device.sm_count
+
+
+def overlapped_exposed_s(comm_s: Any, window_s: Any, stolen_s: Any) -> Any:
+    """Seconds communication of ``comm_s`` adds beyond the ``window_s`` of compute it runs beside,
+    when it holds the SMs of ``stolen_s`` of that compute (``sum(share x seconds)`` of its calls:
+    :func:`comm_sm_share`): ``max(comm - window, stolen)`` (module docstring). Floats or numpy
+    arrays (the closed form and the search's vectorized evaluation share it); ``stolen_s`` 0 gives
+    the uncontended ``max(0, comm - window)``.
+
+    >>> float(overlapped_exposed_s(1.0, 3.0, 0.1)), float(overlapped_exposed_s(4.0, 3.0, 0.1))
+    (0.1, 1.0)
+    """
+    return np.maximum(np.maximum(comm_s - window_s, stolen_s), 0.0)
 
 
 def _peak(device: DeviceInfo, dtype: str) -> float:
