@@ -22,11 +22,22 @@ other linear layer. The straggler jitter of other plans is not applied.
 around its all-gathers and reduce-scatters (:func:`~parplan.plan.sharded.sync.fsdp_copy_bytes`),
 memory-bound kernels on the compute stream.
 
+**DeepSpeed's gradient accumulation** (``framework: deepspeed``): its ``BF16_Optimizer`` keeps fp32
+gradients, and after every micro-batch's backward ``update_hp_grads`` adds each 16-bit gradient to
+its fp32 copy (``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``,
+``deepspeed/runtime/bf16_optimizer.py``; the ``PipelineEngine`` calls it after each backward):
+the cast reads the 16-bit gradient and writes an fp32 one, the add reads both fp32 tensors and
+writes one: ``e + 4 x 4`` bytes a parameter, memory bound, on the compute stream
+(:func:`_with_grad_accumulation`). Megatron-LM accumulates inside the weight-gradient GEMMs
+(``gradient_accumulation_fusion``): nothing extra.
+
 **Communication**: :mod:`parplan.plan.sharded.comm` (TP/SP, CP ring, EP all-to-all per block) and
 :mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
 Between consecutive chunks each micro-batch sends ``p2p_bytes`` = ``b S / cp x h x e / tp``: the
 activation as Megatron sends it (scattered over the TP group, sequence-parallel or not) and, in
-backward, its gradient of the same size.
+backward, its gradient of the same size. DeepSpeed's ``PipelineEngine`` sends the whole activation
+from every TP rank (``b S / cp x h x e``: its ``_exec_send_activations`` sends the stage's output
+tensors as they are; Megatron-DeepSpeed's partitioning of them is off by default).
 """
 
 from __future__ import annotations
@@ -332,6 +343,19 @@ def _chunk(
     return work, units
 
 
+def _with_grad_accumulation(work: ChunkWork, strategy: ShardedStrategy, info: DeviceInfo) -> ChunkWork:
+    """The chunk with DeepSpeed's fp32 gradient accumulation after its backward (module
+    docstring): ``e + 4 x 4`` bytes a parameter it holds, memory bound. Unchanged for Megatron."""
+    from parplan.model.transformer import FP32_BYTES
+    from parplan.plan.compute import MEMORY_EFFICIENCY
+
+    if strategy.framework != "deepspeed" or work.params <= 0.0:
+        return work
+    moved = work.params * (gathered_param_bytes(FP32_BYTES, strategy.dtype) + 4.0 * FP32_BYTES)
+    rate = memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY
+    return replace(work, backward_s=work.backward_s + moved / rate)
+
+
 def _with_fsdp_copies(
     work: ChunkWork, strategy: ShardedStrategy, units: Sequence[UnitParams], spec: ModelSpec, info: DeviceInfo
 ) -> ChunkWork:
@@ -373,7 +397,7 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         for vc in range(v):
             c = vc * pp + s
             work, chunk_units = _chunk(ctx, (strategy, shape, mesh), roof, c, starts[c], counts[c])
-            row.append(work)
+            row.append(_with_grad_accumulation(work, strategy, info))
             row_units.append(tuple(chunk_units))
         bare.append(tuple(row))
         per_chunk.append(tuple(row_units))
@@ -382,13 +406,14 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
         embedding_sync = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
     tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    megatron = strategy.framework == "megatron"
     return ShardedLayout(
         strategy=strategy,
         mesh=mesh,
         shape=shape,
         microbatches=m,
         chunks=_copied_chunks(ctx, strategy, mesh, bare, per_chunk),
-        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
+        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / (strategy.tp if megatron else 1),
         embedding_sync=embedding_sync,
         bare_chunks=tuple(bare),
         chunk_units=tuple(per_chunk),

@@ -14,6 +14,12 @@ dtype (:func:`gathered_param_bytes`), whatever precision the sharded copy is kep
 - **ZeRO 1 and 2** (DeepSpeed; Megatron's distributed optimizer): the buckets are reduce-scattered,
   each rank updates its shard, and the updated parameters are all-gathered after the optimizer
   (``param_sync``); once per step.
+- **DeepSpeed's ``BF16_Optimizer``** (``framework: deepspeed``, ZeRO 0 or 1): the engine all-reduces
+  the fp32 gradients (``allreduce_gradients``: ``buffered_allreduce_fallback`` of
+  ``get_grads_for_reduction()``, the optimizer's fp32 gradients) even where the optimizer state is
+  sharded over the data ranks; each rank updates its shard and all-gathers the updated 16-bit
+  parameters (``update_lp_params``). Its gradients are fp32: a model spec says so with
+  ``bytes_per_grad: 4``.
 - **ZeRO 3, FSDP ``full_shard``**: every layer is one unit; its parameters are all-gathered before its
   forward and again before its backward, its gradients reduce-scattered after its backward; every
   micro-batch (DeepSpeed ZeRO-3 and FSDP without ``no_sync``).
@@ -145,12 +151,13 @@ def stage_sync(
         ax: CommAxis = "dp_cp" if axis == "dp_cp" else "edp"
         for k, n in enumerate(_buckets(units, kind, bucket_params)):
             label = f"{kind} bucket{k}"
-            if strategy.zero == 0:
+            if strategy.zero == 0 or (strategy.framework == "deepspeed" and strategy.zero == 1):
                 grads.append(CommCall("all_reduce", n * grad_bytes, ax, False, f"dp all-reduce {label}"))
             else:
                 grads.append(
                     CommCall("reduce_scatter", n * grad_bytes, ax, False, f"dp reduce-scatter {label}")
                 )
+            if strategy.zero > 0:
                 params.append(
                     CommCall("all_gather", n * param_bytes, ax, False, f"dp param all-gather {label}")
                 )

@@ -1,0 +1,53 @@
+"""``framework: deepspeed`` on a sharded plan: DeepSpeed's PipelineEngine sends whole activations,
+its BF16_Optimizer adds every micro-batch's gradients to fp32 copies and all-reduces them under
+ZeRO-1; Megatron (the default) does none of these."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from parplan.plan.compute import MEMORY_EFFICIENCY, memory_bandwidth_Bps
+from parplan.plan.sharded.costs import layout_plan
+from tests.plan.sharded.helpers import context, gpt, sharded
+
+
+def test_megatron_is_the_default() -> None:
+    assert sharded(tp=2).framework == "megatron"
+
+
+def test_deepspeed_sends_the_whole_activation_from_every_tp_rank() -> None:
+    ctx = context(gpt(layers=4), batch=16)
+    megatron = layout_plan(ctx, sharded(tp=4, pp=2, dp=2))
+    deepspeed = layout_plan(ctx, sharded(tp=4, pp=2, dp=2, framework="deepspeed"))
+    shape = megatron.shape
+    assert deepspeed.p2p_bytes == pytest.approx(shape.sequence_length * shape.hidden * 2.0)
+    assert deepspeed.p2p_bytes == pytest.approx(4 * megatron.p2p_bytes)
+
+
+def test_deepspeed_accumulates_each_micro_batch_in_fp32() -> None:
+    ctx = context(gpt(layers=4), batch=16)
+    megatron = layout_plan(ctx, sharded(tp=2, pp=2, dp=2))
+    deepspeed = layout_plan(ctx, sharded(tp=2, pp=2, dp=2, framework="deepspeed"))
+    rate = memory_bandwidth_Bps(ctx.network.device(ctx.network.devices[0])) * MEMORY_EFFICIENCY
+    for row_m, row_d in zip(megatron.chunks, deepspeed.chunks, strict=True):
+        for m, d in zip(row_m, row_d, strict=True):
+            # cast: read the bf16 gradient, write fp32; add_: read two fp32 tensors, write one
+            assert d.backward_s - m.backward_s == pytest.approx(m.params * (2.0 + 16.0) / rate)
+            assert d.forward_s == m.forward_s and d.recompute_s == m.recompute_s
+
+
+def test_deepspeed_zero1_all_reduces_gradients_and_gathers_parameters() -> None:
+    ctx = context(gpt(layers=4), batch=16)
+    bf16_optimizer = layout_plan(ctx, sharded(dp=16, zero=1, framework="deepspeed"))
+    assert {c.collective for c in bf16_optimizer.grad_sync[0]} == {"all_reduce"}
+    assert {c.collective for c in bf16_optimizer.param_sync[0]} == {"all_gather"}
+    megatron = layout_plan(ctx, sharded(dp=16, zero=1))
+    assert {c.collective for c in megatron.grad_sync[0]} == {"reduce_scatter"}
+    zero2 = layout_plan(ctx, sharded(dp=16, zero=2, framework="deepspeed"))
+    assert {c.collective for c in zero2.grad_sync[0]} == {"reduce_scatter"}
+
+
+def test_deepspeed_does_not_run_fsdp() -> None:
+    with pytest.raises(ValidationError, match="DeepSpeed shards with zero"):
+        sharded(dp=16, fsdp="full_shard", framework="deepspeed")
