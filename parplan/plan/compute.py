@@ -14,7 +14,10 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   (2 + 2 + 12) that is 30 bytes per parameter. The bytes move at the device's memory bandwidth
   times its speed factor; a device without a ``memory_bandwidth`` is assumed to have the machine
   balance of current accelerators, :data:`DEFAULT_FLOP_PER_BYTE` FLOP of peak per byte of memory
-  bandwidth (A100: 312 TFLOP/s over 1.6 TB/s ~ 200).
+  bandwidth (A100: 312 TFLOP/s over 1.6 TB/s ~ 200). That is one fused kernel (Apex's and
+  Megatron's FusedAdam, DeepSpeed's). PyTorch's ``torch.optim.AdamW`` on GPUs runs its ``foreach``
+  implementation (the default when every tensor is on CUDA; torchtitan asks for it), one kernel per
+  step of the update, each streaming whole tensors: :func:`foreach_adamw_bytes_per_param`.
 - **Per-kernel roofline** (:func:`op_seconds`, for plans that know their kernels, such as the
   sharded transformer of :mod:`parplan.model.transformer`): an op takes
   ``max(FLOPs / (peak[dtype] x matmul_efficiency(m, n, k) x speed), bytes / (bandwidth x``
@@ -131,6 +134,25 @@ def optimizer_bytes_moved_per_param(model_spec: ModelSpec) -> float:
         + 2.0 * model_spec.bytes_per_param
         + 2.0 * model_spec.optimizer_bytes_per_param
     )
+
+
+def foreach_adamw_bytes_per_param(model_spec: ModelSpec) -> float:
+    """Memory traffic of one ``torch.optim.AdamW`` step per parameter with ``foreach`` kernels
+    (``_multi_tensor_adam`` in ``torch/optim/adam.py``), ``p`` bytes a weight, ``g`` a gradient, ``s``
+    a moment (half of ``optimizer_bytes_per_param``): the decoupled weight decay ``_foreach_mul_``
+    on the weights (2p), ``_foreach_lerp_`` of the first moment towards the gradient (2s + g),
+    ``_foreach_mul_`` and ``_foreach_addcmul_`` of the second (2s; 2s + 2g), ``_foreach_sqrt`` into
+    a new tensor, ``_foreach_div_`` by the bias correction and ``_foreach_add_`` of eps (2s each),
+    ``_foreach_addcdiv_`` into the weights (2p + 2s): ``4p + 3g + 14s``; fp32 throughout, 84 bytes.
+
+    >>> from parplan.config.model import ModelSpec
+    >>> fp32 = {"bytes_per_param": 4, "bytes_per_grad": 4, "optimizer_bytes_per_param": 8}
+    >>> spec = ModelSpec.model_validate({"nodes": [{"id": "a"}], **fp32})
+    >>> foreach_adamw_bytes_per_param(spec)
+    84.0
+    """
+    moment = model_spec.optimizer_bytes_per_param / 2.0
+    return 4.0 * model_spec.bytes_per_param + 3.0 * model_spec.bytes_per_grad + 14.0 * moment
 
 
 def memory_bandwidth_Bps(device: DeviceInfo) -> float:

@@ -22,14 +22,8 @@ other linear layer. The straggler jitter of other plans is not applied.
 around its all-gathers and reduce-scatters (:func:`~parplan.plan.sharded.sync.fsdp_copy_bytes`),
 memory-bound kernels on the compute stream.
 
-**DeepSpeed's gradient accumulation** (``framework: deepspeed``): its ``BF16_Optimizer`` keeps fp32
-gradients, and after every micro-batch's backward ``update_hp_grads`` adds each 16-bit gradient to
-its fp32 copy (``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``,
-``deepspeed/runtime/bf16_optimizer.py``; the ``PipelineEngine`` calls it after each backward):
-the cast reads the 16-bit gradient and writes an fp32 one, the add reads both fp32 tensors and
-writes one: ``e + 4 x 4`` bytes a parameter, memory bound, on the compute stream
-(:func:`_with_grad_accumulation`). Megatron-LM accumulates inside the weight-gradient GEMMs
-(``gradient_accumulation_fusion``): nothing extra.
+**DeepSpeed's gradient accumulation** (``framework: deepspeed``): each chunk's backward also adds
+its gradients to fp32 copies (:func:`~parplan.plan.sharded.sync.accumulation_bytes`), memory bound.
 
 **Communication**: :mod:`parplan.plan.sharded.comm` (TP/SP, CP ring, EP all-to-all per block) and
 :mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
@@ -48,11 +42,16 @@ from typing import TYPE_CHECKING, Any
 
 from parplan.config.strategy import ShardedStrategy
 from parplan.errors import PlanError
-from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
+from parplan.plan.compute import (
+    foreach_adamw_bytes_per_param,
+    memory_bandwidth_Bps,
+    optimizer_bytes_moved_per_param,
+)
 from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
 from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
 from parplan.plan.sharded.sync import (
     UnitParams,
+    accumulation_bytes,
     fsdp_copy_bytes,
     gathered_param_bytes,
     optimizer_params,
@@ -344,16 +343,12 @@ def _chunk(
 
 
 def _with_grad_accumulation(work: ChunkWork, strategy: ShardedStrategy, info: DeviceInfo) -> ChunkWork:
-    """The chunk with DeepSpeed's fp32 gradient accumulation after its backward (module
-    docstring): ``e + 4 x 4`` bytes a parameter it holds, memory bound. Unchanged for Megatron."""
-    from parplan.model.transformer import FP32_BYTES
+    """The chunk with its gradients' accumulation bytes (DeepSpeed's) after its backward."""
     from parplan.plan.compute import MEMORY_EFFICIENCY
 
-    if strategy.framework != "deepspeed" or work.params <= 0.0:
-        return work
-    moved = work.params * (gathered_param_bytes(FP32_BYTES, strategy.dtype) + 4.0 * FP32_BYTES)
+    moved = accumulation_bytes(strategy, work.params)
     rate = memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY
-    return replace(work, backward_s=work.backward_s + moved / rate)
+    return replace(work, backward_s=work.backward_s + moved / rate) if moved > 0.0 else work
 
 
 def _with_fsdp_copies(
@@ -447,6 +442,9 @@ def _sync_fields(
     data_ranks = mesh.dp * mesh.cp
     expert_ranks = data_ranks // mesh.ep
     gathers, grads, params_after, optimizer = [], [], [], []
+    # FSDP is PyTorch's, and so is its optimizer: torch.optim's foreach AdamW, not a fused kernel
+    fused = strategy.fsdp == "none"
+    per_param = optimizer_bytes_moved_per_param(spec) if fused else foreach_adamw_bytes_per_param(spec)
     for s, units in enumerate(stage_units):
         info = ctx.network.device(mesh.device({"pp": s}))
         sync = stage_sync(
@@ -462,7 +460,7 @@ def _sync_fields(
         grads.append(sync.grad_sync)
         params_after.append(sync.param_sync)
         owned = optimizer_params(strategy, units, data_ranks, expert_ranks, mesh.sizes["dp_shard"])
-        optimizer.append(owned * optimizer_bytes_moved_per_param(spec) / memory_bandwidth_Bps(info))
+        optimizer.append(owned * per_param / memory_bandwidth_Bps(info))
     fully = strategy.zero == 3 or strategy.fsdp != "none"
     return {
         "param_gather": tuple(gathers),

@@ -31,7 +31,9 @@ dtype (:func:`gathered_param_bytes`), whatever precision the sharded copy is kep
   copy on the last for the logits, and all-reduces their gradients between the two once per step.
 - **Optimizer**: each rank updates the parameters it owns after sharding (ZeRO >= 1 or FSDP: its
   ``1 / dp_cp`` share of the dense ones, ``1 / edp`` of the expert ones); memory bound, as
-  :func:`parplan.plan.compute.optimizer_seconds` prices it.
+  :func:`parplan.plan.compute.optimizer_seconds` prices a fused Adam kernel, or under FSDP as
+  PyTorch's foreach AdamW moves its bytes
+  (:func:`~parplan.plan.compute.foreach_adamw_bytes_per_param`).
 """
 
 from __future__ import annotations
@@ -96,6 +98,26 @@ def fsdp_copy_bytes(
     gather = 2.0 * param_bytes * params
     again = gather if strategy.fsdp != "shard_grad_op" else 0.0
     return gather, again + (param_bytes + grad_bytes) * params
+
+
+def accumulation_bytes(strategy: ShardedStrategy, params: float) -> float:
+    """Bytes one micro-batch's gradient accumulation moves for ``params`` parameters beyond the
+    backward's own kernels. DeepSpeed (``framework: deepspeed``): its ``BF16_Optimizer`` keeps fp32
+    gradients, and after every micro-batch's backward ``update_hp_grads`` adds each 16-bit gradient
+    to its fp32 copy (``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``,
+    ``deepspeed/runtime/bf16_optimizer.py``; the ``PipelineEngine`` calls it after each backward):
+    the cast reads the 16-bit gradient and writes an fp32 one, the add reads both fp32 tensors and
+    writes one: ``e + 4 x 4`` bytes a parameter. Megatron-LM accumulates inside the
+    weight-gradient GEMMs (``gradient_accumulation_fusion``), PyTorch's autograd into ``.grad``
+    as it writes it: 0.
+
+    >>> accumulation_bytes(ShardedStrategy(kind="sharded", framework="deepspeed"), 1e9) / 1e9
+    18.0
+    """
+    if strategy.framework != "deepspeed" or params <= 0.0:
+        return 0.0
+    fp32 = GATHERED_BYTES["fp32"]
+    return params * (gathered_param_bytes(fp32, strategy.dtype) + 4.0 * fp32)
 
 
 def fully_sharded(strategy: ShardedStrategy) -> bool:

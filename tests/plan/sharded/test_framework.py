@@ -51,3 +51,22 @@ def test_deepspeed_zero1_all_reduces_gradients_and_gathers_parameters() -> None:
 def test_deepspeed_does_not_run_fsdp() -> None:
     with pytest.raises(ValidationError, match="DeepSpeed shards with zero"):
         sharded(dp=16, fsdp="full_shard", framework="deepspeed")
+
+
+def test_fsdp_steps_pytorchs_foreach_adamw_and_zero_a_fused_adam() -> None:
+    from parplan.plan.compute import foreach_adamw_bytes_per_param, optimizer_bytes_moved_per_param
+    from parplan.plan.sharded.sync import optimizer_params
+
+    ctx = context(gpt(layers=4), batch=16)
+    rate = memory_bandwidth_Bps(ctx.network.device(ctx.network.devices[0]))
+    spec = ctx.model_spec
+    for plan, per_param in (
+        (sharded(dp=16, fsdp="full_shard"), foreach_adamw_bytes_per_param(spec)),
+        (sharded(dp=16, zero=3), optimizer_bytes_moved_per_param(spec)),
+    ):
+        layout = layout_plan(ctx, plan)
+        owned = optimizer_params(plan, layout.units[0], 16, 16, 16)
+        assert layout.optimizer_s[0] == pytest.approx(owned * per_param / rate)
+    # mixed-precision defaults (2 + 2 + 12): 4 x 2 + 3 x 2 + 14 x 6 against the fused 2 + 4 + 24
+    assert foreach_adamw_bytes_per_param(spec) == 98.0
+    assert optimizer_bytes_moved_per_param(spec) == 30.0
