@@ -41,8 +41,10 @@ does: each unit waits for the one before it (and for the schedule's rules,
 Per unit: forward = compute, then its blocking calls; backward = recompute, blocking calls, the
 input-gradient half, then the weight-gradient half beside the overlappable calls. A compute task
 that an overlappable call runs beside is longer by the seconds the call's NCCL channels take of
-its SMs (:meth:`~parplan.plan.sharded.calls.CallTimer.stolen`, the closed form's rule; the
-gradient buckets of ZeRO-0/1/2, simulated on the network, do not slow the compute here). After the last
+its SMs (:meth:`~parplan.plan.sharded.calls.CallTimer.stolen`, the closed form's rule); a
+weight-gradient slice by the SM seconds of the gradient bucket the slice before it made ready
+(ZeRO-0/1/2 with ``aggregation.overlap``: the bucket is simulated on the network, its SM share
+taken from the closed form's time of it). After the last
 backward: gradient buckets (ready when the chunks they cover finish their last backward, in
 backward order), the tied-embedding all-reduce, the optimizer, ZeRO-1/2's parameter all-gather.
 """
@@ -411,9 +413,11 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
     wgrad_total_s = work.backward_s * WGRAD_SHARE + costs.backward_stolen_s + _scatter_stolen(st, s, unit)
     first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}")
     last = first
-    slices = _bucket_slices(st, s, unit)
-    for k in slices or [-1]:
+    slices, buckets = _bucket_slices(st, s, unit), layout.grad_sync[s]
+    for j, k in enumerate(slices or [-1]):
         wgrad_s = wgrad_total_s / max(1, len(slices))
+        if j > 0:  # beside the bucket the slice before made ready (its closed-form SM seconds)
+            wgrad_s += st.timer.clock.stolen([buckets[slices[j - 1]]], s)
         last = b.compute(dev, wgrad_s, [last], category="backward", label=f"wgrad {tag}")
         if k >= 0:
             st.bucket_ready[(s, d, k)] = last

@@ -140,3 +140,25 @@ def test_event_timer_counts_the_same_shares() -> None:
     calls: Any = layout.param_gather[0][1:3]
     want = sum(timer.seconds(c, 0) * clock.sm_share(c, 0) for c in calls)
     assert timer.stolen(calls, 0) == pytest.approx(want)
+
+
+def test_gradient_buckets_slow_the_backward_they_overlap_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ctx = _context(simulated=True)
+    plan = ShardedStrategy.model_validate(
+        {"kind": "sharded", "dp": 16, "aggregation": {"overlap": True, "bucket_size": "16MiB"}}
+    )
+    layout = layout_plan(ctx, plan)
+    assert len(layout.grad_sync[0]) > 2
+
+    def steps() -> tuple[float, float]:
+        event = simulate(build_tasks(ctx, layout), ctx.network).makespan_s
+        return event, evaluate_layout(ctx, layout).step_time_s
+
+    event, closed = steps()
+    with monkeypatch.context() as m:
+        _no_contention(m)
+        event_free, closed_free = steps()
+    assert event > event_free and closed > closed_free
+    assert event - event_free == pytest.approx(closed - closed_free, rel=0.05)
