@@ -271,42 +271,36 @@ def _chunk_sums(clock: CollectiveClock) -> ChunkSums:
     for stage, chunks in enumerate(layout.chunks):
         row: list[tuple[float, ...]] = []
         for chunk in chunks:
-
-            def total(calls: Sequence[CommCall], blocking: bool, axis: str | None = None) -> float:
-                return sum(
-                    clock.seconds(c, stage)  # noqa: B023
-                    for c in calls
-                    if c.blocking == blocking and (axis is None or c.axis == axis)
-                )
-
-            def stolen(calls: Sequence[CommCall], axis: str) -> float:
-                return clock.stolen([c for c in calls if not c.blocking and c.axis == axis], stage)  # noqa: B023
-
-            both = (*chunk.forward_comm, *chunk.backward_comm)
-            row.append(
-                (
-                    chunk.forward_s,
-                    chunk.backward_s,
-                    chunk.recompute_s,
-                    chunk.attention_forward_s,
-                    chunk.attention_backward_s,
-                    total(both, True),
-                    total(chunk.forward_comm, True),
-                    total(chunk.forward_comm, False),
-                    total(chunk.backward_comm, False),
-                    total(chunk.forward_comm, False, "tp"),
-                    total(chunk.backward_comm, False, "tp"),
-                    total(chunk.forward_comm, False, "cp"),
-                    total(chunk.backward_comm, False, "cp"),
-                    stolen(chunk.forward_comm, "tp"),
-                    stolen(chunk.backward_comm, "tp"),
-                    stolen(chunk.forward_comm, "cp"),
-                    stolen(chunk.backward_comm, "cp"),
-                )
-            )
+            comm = _chunk_comm(clock, stage, chunk.forward_comm, chunk.backward_comm)
+            times = (chunk.forward_s, chunk.backward_s, chunk.recompute_s)
+            row.append((*times, chunk.attention_forward_s, chunk.attention_backward_s, *comm))
         rows.append(row)
     table = np.asarray(rows, dtype=np.float64)
     return ChunkSums(*(table[..., k] for k in range(table.shape[-1])))
+
+
+def _chunk_comm(
+    clock: CollectiveClock, stage: int, forward: Sequence[CommCall], backward: Sequence[CommCall]
+) -> tuple[float, ...]:
+    """One chunk's call sums in :class:`ChunkSums`' order (from ``blocking_s``), in one pass over
+    its calls, each sum in call order."""
+    blocking = blocking_fwd = 0.0
+    busy = [0.0, 0.0]  # forward, backward
+    by_axis = {"tp": [0.0, 0.0], "cp": [0.0, 0.0]}
+    stolen = {"tp": [0.0, 0.0], "cp": [0.0, 0.0]}
+    for direction, calls in enumerate((forward, backward)):
+        for c in calls:
+            seconds = clock.seconds(c, stage)
+            if c.blocking:
+                blocking += seconds
+                blocking_fwd += seconds if direction == 0 else 0.0
+                continue
+            busy[direction] += seconds
+            if c.axis in by_axis:
+                by_axis[c.axis][direction] += seconds
+                stolen[c.axis][direction] += seconds * clock.sm_share(c, stage)
+    tp, cp, sm_tp, sm_cp = by_axis["tp"], by_axis["cp"], stolen["tp"], stolen["cp"]
+    return (blocking, blocking_fwd, *busy, *tp, *cp, *sm_tp, *sm_cp)
 
 
 def _stage_sync(clock: CollectiveClock) -> StageSync:

@@ -25,7 +25,7 @@ from parplan.collectives.auto import AutoAlgorithm
 from parplan.plan.base import PlanContext
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
-from parplan.topology.network import Network
+from parplan.topology.network import DeviceInfo, Network
 
 Params = tuple[float, float, float, bool, float | None, float | None]
 """A group's (alpha, beta, gamma, shared port, intra alpha, intra beta) for the closed forms."""
@@ -47,6 +47,10 @@ _CANONICAL: weakref.WeakKeyDictionary[Network, dict[tuple[str, ...], tuple[str, 
 )
 """Per network: groups and their congruent copies on the first nodes."""
 _EDGE_NAMES = ("channel", "channel_name")
+_CHANNELS: weakref.WeakKeyDictionary[Network, dict[tuple[str, float, tuple[str, ...]], int]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per network: the NCCL channels of each (collective, size, group) (:meth:`GroupClock.channels`)."""
 
 
 def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
@@ -296,8 +300,14 @@ class GroupClock:
             return 0
         if call.collective == "all_to_all":
             return 0
-        system = self._system(devices)
-        return 0 if system is None else _nccl_channels(call.collective, call.size_bytes, system)
+        cache = _CHANNELS.setdefault(self.network, {})
+        key = (call.collective, call.size_bytes, devices)
+        found = cache.get(key)
+        if found is None:
+            system = self._system(devices)
+            found = 0 if system is None else _nccl_channels(call.collective, call.size_bytes, system)
+            cache[key] = found
+        return found
 
     def _system(self, devices: tuple[str, ...]) -> Any:
         from parplan.topology.nccl_system import nccl_system
@@ -335,6 +345,7 @@ class CollectiveClock:
         self._groups: dict[tuple[str, int], tuple[str, ...]] = {}
         self._times: dict[tuple[str, str, float, int], float] = {}
         self._shares: dict[tuple[str, str, float, int], float] = {}
+        self._devices: dict[int, DeviceInfo] = {}  # each stage's first device
 
     def group(self, axis: str, stage: int) -> tuple[str, ...]:
         """The devices of ``axis``'s group holding stage ``stage``'s first device."""
@@ -371,8 +382,10 @@ class CollectiveClock:
         key = (call.collective, call.axis, call.size_bytes, stage)
         found = self._shares.get(key)
         if found is None:
+            device = self._devices.get(stage)
+            if device is None:
+                device = self._devices[stage] = self.network.device(self.layout.mesh.device({"pp": stage}))
             channels = self.groups.channels(call, self.group(call.axis, stage))
-            device = self.network.device(self.layout.mesh.device({"pp": stage}))
             found = self._shares[key] = comm_sm_share(device, channels)
         return found
 
