@@ -302,12 +302,10 @@ class ShardedStrategy(Spec):
     )
     framework: Literal["megatron", "deepspeed"] = Field(
         default="megatron",
-        description="the framework's pipeline and gradient handling: megatron (Megatron-LM: each "
-        "stage sends its TP rank's slice of the activation, gradients accumulate inside the "
-        "weight-gradient GEMMs); deepspeed (DeepSpeed's PipelineEngine with its BF16_Optimizer: "
-        "every TP rank sends the whole activation, each micro-batch's gradients are added to fp32 "
-        "copies, gradients are all-reduced over the data ranks even when the optimizer state is "
-        "sharded)",
+        description="the framework's gradient handling: megatron (Megatron-LM: gradients accumulate "
+        "inside the weight-gradient GEMMs); deepspeed (DeepSpeed's PipelineEngine with its "
+        "BF16_Optimizer: each micro-batch's gradients are added to fp32 copies, gradients are "
+        "all-reduced over the data ranks even when the optimizer state is sharded)",
     )
     capacity_factor: float = Field(
         default=1.0, gt=0, le=16, description="MoE expert capacity over the even share of tokens"

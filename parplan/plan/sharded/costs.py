@@ -29,9 +29,9 @@ its gradients to fp32 copies (:func:`~parplan.plan.sharded.sync.accumulation_byt
 :mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
 Between consecutive chunks each micro-batch sends ``p2p_bytes`` = ``b S / cp x h x e / tp``: the
 activation as Megatron sends it (scattered over the TP group, sequence-parallel or not) and, in
-backward, its gradient of the same size. DeepSpeed's ``PipelineEngine`` sends the whole activation
-from every TP rank (``b S / cp x h x e``: its ``_exec_send_activations`` sends the stage's output
-tensors as they are; Megatron-DeepSpeed's partitioning of them is off by default).
+backward, its gradient of the same size. DeepSpeed's ``PipelineEngine`` sends the same: with model
+parallelism it partitions the stage's output and its gradient over the TP group
+(``is_pipe_partitioned``, ``PartitionedTensor``) and the receiver all-gathers them inside it.
 """
 
 from __future__ import annotations
@@ -401,14 +401,13 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
         embedding_sync = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
     tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
-    megatron = strategy.framework == "megatron"
     return ShardedLayout(
         strategy=strategy,
         mesh=mesh,
         shape=shape,
         microbatches=m,
         chunks=_copied_chunks(ctx, strategy, mesh, bare, per_chunk),
-        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / (strategy.tp if megatron else 1),
+        p2p_bytes=tokens * shape.hidden * shape.bytes_per_element / strategy.tp,
         embedding_sync=embedding_sync,
         bare_chunks=tuple(bare),
         chunk_units=tuple(per_chunk),
