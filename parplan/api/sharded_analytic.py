@@ -20,6 +20,11 @@ From :func:`~parplan.plan.sharded.costs.layout_plan`, per stage ``s`` and micro-
   stage), the optimizer, and ZeRO-1/2's parameter all-gather. The step ends when the last stage
   does.
 
+**SMs**: an overlappable call holds its NCCL channels' SMs, so the compute it hides behind runs
+slower: each hidden group of calls exposes ``max(X - W, stolen)`` instead of ``max(0, X - W)``
+(:func:`~parplan.plan.compute.overlapped_exposed_s`; ``stolen`` the calls' seconds times their
+:meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_share`).
+
 Collective times: :class:`~parplan.plan.sharded.clock.CollectiveClock` (NCCL's ``auto`` pick
 timed by the picked algorithm's closed form on the group's bottleneck alpha and beta).
 
@@ -37,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parplan.plan.base import MemoryBreakdown
+from parplan.plan.compute import overlapped_exposed_s
 from parplan.plan.sharded.clock import CollectiveClock
 from parplan.plan.sharded.costs import CommCall, ShardedLayout, layout_plan
 from parplan.plan.sharded.memory import stage_memory
@@ -115,6 +121,10 @@ class ChunkSums:
     tp_backward_s: Array
     cp_forward_s: Array
     cp_backward_s: Array
+    tp_forward_sm_s: Array  # the compute seconds those calls take from what they hide behind
+    tp_backward_sm_s: Array  # (their NCCL channels' SMs: plan.compute.overlapped_exposed_s)
+    cp_forward_sm_s: Array
+    cp_backward_sm_s: Array
 
 
 @dataclass(frozen=True)
@@ -149,16 +159,22 @@ class StageSync:
     overlap: Array  # bool: aggregation.overlap
     extra_s: Array  # tied-embedding all-reduce + parameter all-gather after the optimizer
     optimizer_s: Array
+    gather_first_sm_s: Array  # compute seconds the calls take from what they hide behind (their
+    gather_rest_sm_s: Array  # NCCL channels' SMs, plan.compute.overlapped_exposed_s): the first
+    scatter_rest_sm_s: Array  # gather, the others; every scatter but the last; every gradient
+    grad_rest_sm_s: Array  # call but the last
 
 
 def chunk_exposed(c: ChunkSums, tp_overlap: bool) -> Array:
-    """Seconds of a chunk's overlappable TP/CP calls beyond the compute they hide behind (module
-    docstring), per chunk."""
+    """Seconds of a chunk's overlappable TP/CP calls beyond the compute they hide behind, and of
+    that compute slowed by their SMs (module docstring), per chunk."""
     fwd_gemm = c.forward_s - c.attention_forward_s
     bwd_hide = c.backward_s * WGRAD_SHARE if not tp_overlap else c.backward_s - c.attention_backward_s
-    exposed = np.maximum(0.0, c.tp_forward_s - fwd_gemm) + np.maximum(0.0, c.tp_backward_s - bwd_hide)
-    exposed = exposed + np.maximum(0.0, c.cp_forward_s - c.attention_forward_s)
-    return exposed + np.maximum(0.0, c.cp_backward_s - (c.attention_backward_s + c.recompute_s))
+    exposed = overlapped_exposed_s(c.tp_forward_s, fwd_gemm, c.tp_forward_sm_s)
+    exposed = exposed + overlapped_exposed_s(c.tp_backward_s, bwd_hide, c.tp_backward_sm_s)
+    exposed = exposed + overlapped_exposed_s(c.cp_forward_s, c.attention_forward_s, c.cp_forward_sm_s)
+    cp_hide = c.attention_backward_s + c.recompute_s
+    return exposed + overlapped_exposed_s(c.cp_backward_s, cp_hide, c.cp_backward_sm_s)
 
 
 def stage_micro(c: ChunkSums, tp_overlap: bool) -> StageMicro:
@@ -191,11 +207,14 @@ def stage_micro(c: ChunkSums, tp_overlap: bool) -> StageMicro:
 
 def sharding_exposed(sync: StageSync, window_fwd: Array, window_bwd: Array) -> Array:
     """Exposed seconds of one micro-batch's ZeRO-3/FSDP gathers and reduce-scatters, hidden behind
-    the windows (the first gather and the last reduce-scatter always exposed)."""
+    the windows (the first gather and the last reduce-scatter always exposed), with the compute
+    they hide behind slowed by their SMs."""
     first, last = sync.gather_first_s, sync.scatter_last_s
-    fwd = first + np.maximum(0.0, sync.gather_sum_s - first - window_fwd)
+    fwd = first + overlapped_exposed_s(sync.gather_sum_s - first, window_fwd, sync.gather_rest_sm_s)
     back = np.where(sync.gather_backward, sync.gather_sum_s, 0.0)
-    bwd = last + np.maximum(0.0, back + sync.scatter_sum_s - last - window_bwd)
+    back_sm = np.where(sync.gather_backward, sync.gather_first_sm_s + sync.gather_rest_sm_s, 0.0)
+    stolen = back_sm + sync.scatter_rest_sm_s
+    bwd = last + overlapped_exposed_s(back + sync.scatter_sum_s - last, window_bwd, stolen)
     return np.where(sync.per_microbatch, fwd + bwd, 0.0)
 
 
@@ -235,8 +254,10 @@ def assemble_step(
     stages = np.arange(np.shape(fwd)[-1])
     finish = pipeline - stages * bwd
     window = np.where(sync.overlap, first_backward_s + stages * bwd, 0.0)
-    last = sync.grad_last_s
-    dp = np.where(sync.has_grad_sync, last + np.maximum(0.0, sync.grad_sum_s - last - window), 0.0)
+    last, stolen = sync.grad_last_s, np.where(sync.overlap, sync.grad_rest_sm_s, 0.0)
+    dp = np.where(
+        sync.has_grad_sync, last + overlapped_exposed_s(sync.grad_sum_s - last, window, stolen), 0.0
+    )
     end = finish + dp + sync.extra_s + sync.optimizer_s
     critical = np.argmax(end, axis=-1)[..., None]
     step = np.take_along_axis(end, critical, axis=-1)
@@ -250,35 +271,36 @@ def _chunk_sums(clock: CollectiveClock) -> ChunkSums:
     for stage, chunks in enumerate(layout.chunks):
         row: list[tuple[float, ...]] = []
         for chunk in chunks:
-
-            def total(calls: Sequence[CommCall], blocking: bool, axis: str | None = None) -> float:
-                return sum(
-                    clock.seconds(c, stage)  # noqa: B023
-                    for c in calls
-                    if c.blocking == blocking and (axis is None or c.axis == axis)
-                )
-
-            both = (*chunk.forward_comm, *chunk.backward_comm)
-            row.append(
-                (
-                    chunk.forward_s,
-                    chunk.backward_s,
-                    chunk.recompute_s,
-                    chunk.attention_forward_s,
-                    chunk.attention_backward_s,
-                    total(both, True),
-                    total(chunk.forward_comm, True),
-                    total(chunk.forward_comm, False),
-                    total(chunk.backward_comm, False),
-                    total(chunk.forward_comm, False, "tp"),
-                    total(chunk.backward_comm, False, "tp"),
-                    total(chunk.forward_comm, False, "cp"),
-                    total(chunk.backward_comm, False, "cp"),
-                )
-            )
+            comm = _chunk_comm(clock, stage, chunk.forward_comm, chunk.backward_comm)
+            times = (chunk.forward_s, chunk.backward_s, chunk.recompute_s)
+            row.append((*times, chunk.attention_forward_s, chunk.attention_backward_s, *comm))
         rows.append(row)
     table = np.asarray(rows, dtype=np.float64)
     return ChunkSums(*(table[..., k] for k in range(table.shape[-1])))
+
+
+def _chunk_comm(
+    clock: CollectiveClock, stage: int, forward: Sequence[CommCall], backward: Sequence[CommCall]
+) -> tuple[float, ...]:
+    """One chunk's call sums in :class:`ChunkSums`' order (from ``blocking_s``), in one pass over
+    its calls, each sum in call order."""
+    blocking = blocking_fwd = 0.0
+    busy = [0.0, 0.0]  # forward, backward
+    by_axis = {"tp": [0.0, 0.0], "cp": [0.0, 0.0]}
+    stolen = {"tp": [0.0, 0.0], "cp": [0.0, 0.0]}
+    for direction, calls in enumerate((forward, backward)):
+        for c in calls:
+            seconds = clock.seconds(c, stage)
+            if c.blocking:
+                blocking += seconds
+                blocking_fwd += seconds if direction == 0 else 0.0
+                continue
+            busy[direction] += seconds
+            if c.axis in by_axis:
+                by_axis[c.axis][direction] += seconds
+                stolen[c.axis][direction] += seconds * clock.sm_share(c, stage)
+    tp, cp, sm_tp, sm_cp = by_axis["tp"], by_axis["cp"], stolen["tp"], stolen["cp"]
+    return (blocking, blocking_fwd, *busy, *tp, *cp, *sm_tp, *sm_cp)
 
 
 def _stage_sync(clock: CollectiveClock) -> StageSync:
@@ -288,6 +310,7 @@ def _stage_sync(clock: CollectiveClock) -> StageSync:
     for s in range(pp):
         gathers = [clock.seconds(c, s) for c in layout.param_gather[s]]
         scatters = [clock.seconds(c, s) for c in layout.grad_sync[s]]
+        gather_calls, scatter_calls = layout.param_gather[s], layout.grad_sync[s]
         extra = 0.0
         if layout.embedding_sync is not None and s in (0, pp - 1):
             extra += clock.seconds(layout.embedding_sync, s)
@@ -301,6 +324,9 @@ def _stage_sync(clock: CollectiveClock) -> StageSync:
                 sum(scatters),
                 extra,
                 layout.optimizer_s[s],
+                clock.stolen(gather_calls[:1], s),
+                clock.stolen(gather_calls[1:], s),
+                clock.stolen(scatter_calls[:-1], s),
             )
         )
     t = np.asarray(rows, dtype=np.float64)
@@ -318,6 +344,10 @@ def _stage_sync(clock: CollectiveClock) -> StageSync:
         overlap=np.bool_(layout.strategy.aggregation.overlap),
         extra_s=t[:, 4],
         optimizer_s=t[:, 5],
+        gather_first_sm_s=t[:, 6],
+        gather_rest_sm_s=t[:, 7],
+        scatter_rest_sm_s=t[:, 8],
+        grad_rest_sm_s=t[:, 8],
     )
 
 

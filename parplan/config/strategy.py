@@ -300,6 +300,13 @@ class ShardedStrategy(Spec):
     tp_comm_overlap: bool = Field(
         default=False, description="overlap TP communication with the GEMMs (async TP / userbuffers)"
     )
+    framework: Literal["megatron", "deepspeed"] = Field(
+        default="megatron",
+        description="the framework's gradient handling: megatron (Megatron-LM: gradients accumulate "
+        "inside the weight-gradient GEMMs); deepspeed (DeepSpeed's PipelineEngine with its "
+        "BF16_Optimizer: each micro-batch's gradients are added to fp32 copies, gradients are "
+        "all-reduced over the data ranks even when the optimizer state is sharded)",
+    )
     capacity_factor: float = Field(
         default=1.0, gt=0, le=16, description="MoE expert capacity over the even share of tokens"
     )
@@ -333,6 +340,14 @@ class ShardedStrategy(Spec):
             zero = info.data["zero"]
             raise ValueError(f"fsdp ({fsdp}) and zero ({zero}) both shard the model state; give one")
         return fsdp
+
+    @field_validator("framework")
+    @classmethod
+    def _deepspeed_without_fsdp(cls, framework: str, info: ValidationInfo) -> str:
+        fsdp = info.data.get("fsdp", "none")
+        if framework == "deepspeed" and fsdp != "none":
+            raise ValueError(f"fsdp ({fsdp}) is PyTorch's; DeepSpeed shards with zero")
+        return framework
 
     @field_validator("virtual_stages")
     @classmethod

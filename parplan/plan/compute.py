@@ -14,7 +14,10 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   (2 + 2 + 12) that is 30 bytes per parameter. The bytes move at the device's memory bandwidth
   times its speed factor; a device without a ``memory_bandwidth`` is assumed to have the machine
   balance of current accelerators, :data:`DEFAULT_FLOP_PER_BYTE` FLOP of peak per byte of memory
-  bandwidth (A100: 312 TFLOP/s over 1.6 TB/s ~ 200).
+  bandwidth (A100: 312 TFLOP/s over 1.6 TB/s ~ 200). That is one fused kernel (Apex's and
+  Megatron's FusedAdam, DeepSpeed's). PyTorch's ``torch.optim.AdamW`` on GPUs runs its ``foreach``
+  implementation (the default when every tensor is on CUDA; torchtitan asks for it), one kernel per
+  step of the update, each streaming whole tensors: :func:`foreach_adamw_bytes_per_param`.
 - **Per-kernel roofline** (:func:`op_seconds`, for plans that know their kernels, such as the
   sharded transformer of :mod:`parplan.model.transformer`): an op takes
   ``max(FLOPs / (peak[dtype] x matmul_efficiency(m, n, k) x speed), bytes / (bandwidth x``
@@ -31,6 +34,19 @@ Every strategy expander converts work to seconds here, so one set of assumptions
 - **FlashAttention-2 on Hopper** (:data:`FLASH2_PEAK_SHARE`): an attention op marked
   ``kernel="flash2"`` (PyTorch's SDPA, which eager plans run) reaches the share of the dense peak
   the FlashAttention-3 paper measured for FlashAttention-2 on the architecture, where it knows one.
+- **Communication kernels beside compute** (:func:`comm_sm_share`, :func:`overlapped_exposed_s`):
+  an NCCL collective is one kernel of one thread block (CTA) per channel (``ncclLaunchKernel``
+  launches a grid of ``nChannels`` blocks, NCCL's ``src/enqueue.cc``), resident on its SMs for the
+  whole call. A GEMM or attention kernel that runs while it is in flight on the same device gets
+  the other SMs only: ``(SMs - channels) / SMs`` of its rate (its thread blocks fill an SM's
+  shared memory, so they do not share an SM with a resident NCCL block). Measured, not only
+  argued: Rashidi et al. (ISCA 2021, "Enabling compute-communication overlap in distributed deep
+  learning training platforms") and Pati et al. (ASPLOS 2024, "T3") report overlapped GEMMs
+  slowed by the communication kernels' SM and memory use, and Transformer Engine's
+  userbuffers overlap caps its communication SMs for that reason. A collective of ``X`` seconds
+  taking a share ``c`` of the SMs beside ``C`` seconds of compute ends both at
+  ``max(X, C + c X)``: it exposes ``max(X - C, c X)`` beyond the compute, where without the
+  contention it exposed ``max(0, X - C)``.
 - **Straggler jitter**: when ``training.straggler_jitter`` is ``j > 0`` every compute time of a
   device in a step is multiplied by one factor ``1 + j x u`` with ``u`` uniform in ``[-1, 1)``,
   drawn from a generator seeded by ``(seed, crc32(device name), step)``; so a device is slow or fast
@@ -49,7 +65,7 @@ import math
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -118,6 +134,25 @@ def optimizer_bytes_moved_per_param(model_spec: ModelSpec) -> float:
         + 2.0 * model_spec.bytes_per_param
         + 2.0 * model_spec.optimizer_bytes_per_param
     )
+
+
+def foreach_adamw_bytes_per_param(model_spec: ModelSpec) -> float:
+    """Memory traffic of one ``torch.optim.AdamW`` step per parameter with ``foreach`` kernels
+    (``_multi_tensor_adam`` in ``torch/optim/adam.py``), ``p`` bytes a weight, ``g`` a gradient, ``s``
+    a moment (half of ``optimizer_bytes_per_param``): the decoupled weight decay ``_foreach_mul_``
+    on the weights (2p), ``_foreach_lerp_`` of the first moment towards the gradient (2s + g),
+    ``_foreach_mul_`` and ``_foreach_addcmul_`` of the second (2s; 2s + 2g), ``_foreach_sqrt`` into
+    a new tensor, ``_foreach_div_`` by the bias correction and ``_foreach_add_`` of eps (2s each),
+    ``_foreach_addcdiv_`` into the weights (2p + 2s): ``4p + 3g + 14s``; fp32 throughout, 84 bytes.
+
+    >>> from parplan.config.model import ModelSpec
+    >>> fp32 = {"bytes_per_param": 4, "bytes_per_grad": 4, "optimizer_bytes_per_param": 8}
+    >>> spec = ModelSpec.model_validate({"nodes": [{"id": "a"}], **fp32})
+    >>> foreach_adamw_bytes_per_param(spec)
+    84.0
+    """
+    moment = model_spec.optimizer_bytes_per_param / 2.0
+    return 4.0 * model_spec.bytes_per_param + 3.0 * model_spec.bytes_per_grad + 14.0 * moment
 
 
 def memory_bandwidth_Bps(device: DeviceInfo) -> float:
@@ -240,6 +275,33 @@ def tensor_clock_scale(device: DeviceInfo) -> float:
     if tdp is None or limit is None or limit >= tdp:
         return 1.0
     return float((limit / tdp) ** (1.0 / 3.0))
+
+
+def comm_sm_share(device: DeviceInfo, channels: int) -> float:
+    """Share of ``device``'s SMs a collective of ``channels`` NCCL channels (one CTA each) holds
+    while it runs (module docstring); 0 when the device does not state its SM count.
+
+    >>> from parplan.topology.network import DeviceInfo
+    >>> d = DeviceInfo("g", 1e15, 0.5, 1.0, 8e10, None, None, sm_count=132)
+    >>> round(comm_sm_share(d, 12), 4)
+    0.0909
+    """
+    if not device.sm_count or channels <= 0:
+        return 0.0
+    return min(channels, device.sm_count) / device.sm_count
+
+
+def overlapped_exposed_s(comm_s: Any, window_s: Any, stolen_s: Any) -> Any:
+    """Seconds communication of ``comm_s`` adds beyond the ``window_s`` of compute it runs beside,
+    when it holds the SMs of ``stolen_s`` of that compute (``sum(share x seconds)`` of its calls:
+    :func:`comm_sm_share`): ``max(comm - window, stolen)`` (module docstring). Floats or numpy
+    arrays (the closed form and the search's vectorized evaluation share it); ``stolen_s`` 0 gives
+    the uncontended ``max(0, comm - window)``.
+
+    >>> float(overlapped_exposed_s(1.0, 3.0, 0.1)), float(overlapped_exposed_s(4.0, 3.0, 0.1))
+    (0.1, 1.0)
+    """
+    return np.maximum(np.maximum(comm_s - window_s, stolen_s), 0.0)
 
 
 def _peak(device: DeviceInfo, dtype: str) -> float:

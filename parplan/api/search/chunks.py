@@ -29,11 +29,19 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
+from parplan.plan.compute import comm_sm_share
 from parplan.plan.sharded.comm import CommCall, LayerComm
 from parplan.plan.sharded.costs import block_figures, chunk_calls, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
 from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
-from parplan.plan.sharded.parts import block_unit, embedding_unit, fsdp_copy_seconds, head_unit, p2p_bytes
+from parplan.plan.sharded.parts import (
+    accumulation_seconds,
+    block_unit,
+    embedding_unit,
+    fsdp_copy_seconds,
+    head_unit,
+    p2p_bytes,
+)
 from parplan.plan.sharded.sync import UnitParams
 
 if TYPE_CHECKING:
@@ -47,9 +55,9 @@ if TYPE_CHECKING:
 
 _CHUNK_AXES = ("tp", "cp", "ep")
 """The groups a chunk's calls run in."""
-_COMM_FIELDS = 8
+_COMM_FIELDS = 12
 """blocking, blocking forward, busy forward, busy backward, tp forward, tp backward, cp forward,
-cp backward: :class:`ChunkSums`' call sums, in its order."""
+cp backward, and the SM seconds of the last four: :class:`ChunkSums`' call sums, in its order."""
 
 
 @dataclass(frozen=True)
@@ -265,9 +273,9 @@ class ChunkBuilder:
         shared = (types.tobytes(), types.shape, tuple(groups))  # what the sums read of the structure
         sums = np.stack(
             [self._memo_sums(s, mesh, info, types, groups, shared) for s in strategies]
-        )  # [K, T, 13]
-        per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 13]
-        grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 13]
+        )  # [K, T, 17]
+        per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 17]
+        grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 17]
         chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
         micro = stage_micro(chunks, strategies[0].tp_comm_overlap)
         blocks_on_stage = counts.reshape(v, pp).sum(axis=0)
@@ -318,7 +326,7 @@ class ChunkBuilder:
         types: np.ndarray,
         groups: list[tuple[Any, ...]],
     ) -> np.ndarray:
-        """``[T, 13]``: :class:`ChunkSums`' fields of each chunk type (first, last, blocks, class)."""
+        """``[T, 17]``: :class:`ChunkSums`' fields of each chunk type (first, last, blocks, class)."""
         figures, calls, params, _ = self._block(s, mesh, info)
         (f, b, r, a, ab), (ef, eb), (hf, hb) = figures
         first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
@@ -342,8 +350,8 @@ class ChunkBuilder:
             s, (UnitParams("chunk", cast(float, units), 0.0),), self.ctx.model_spec, info
         )
         compute[0] = compute[0] + copy_f
-        compute[1] = compute[1] + copy_b
-        by_class = {c: self._comm(calls, groups[c], first, last, on) for c in set(types[:, 3].tolist())}
+        compute[1] = compute[1] + copy_b + accumulation_seconds(s, cast(float, units), info)
+        by_class = {c: self._comm(calls, groups[c], first, last, on, info) for c in set(types[:, 3].tolist())}
         own = np.stack([by_class[int(c)][t] for t, c in enumerate(types[:, 3])])  # each type's class
         return np.concatenate([np.stack(compute, axis=1), own], axis=1)
 
@@ -354,13 +362,16 @@ class ChunkBuilder:
         first: np.ndarray,
         last: np.ndarray,
         on: np.ndarray,
+        info: DeviceInfo,
     ) -> np.ndarray:
-        """``[T, 8]``: the call sums of every chunk type, timed on one class's groups."""
+        """``[T, 12]``: the call sums of every chunk type, timed on one class's groups (the SM
+        seconds on ``info``'s SMs, as :meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_share`
+        counts them)."""
         block, emb, head = calls
         axis_group = dict(zip(_CHUNK_AXES, groups, strict=True))
 
         def row(seq: tuple[CommCall, ...], forward: bool) -> np.ndarray:
-            key = (seq, forward, groups)
+            key = (seq, forward, groups, info.name)
             found = self._rows.get(key)
             if found is None:
                 found = self._rows[key] = timed(seq, forward)
@@ -377,12 +388,15 @@ class ChunkBuilder:
                     continue
                 out[2 if forward else 3, j] = t
                 if c.axis in ("tp", "cp"):
-                    out[(4 if c.axis == "tp" else 6) + (0 if forward else 1), j] = t
+                    column = (0 if c.axis == "tp" else 2) + (0 if forward else 1)
+                    out[4 + column, j] = t
+                    channels = self.clock.channels(c, axis_group[c.axis])
+                    out[8 + column, j] = t * comm_sm_share(info, channels)
             return out
 
         def repeat(pattern: np.ndarray) -> np.ndarray:
             k = pattern.shape[1]
-            tiled = np.tile(pattern, (1, on.shape[1]))[None]  # [1, 8, width k]
+            tiled = np.tile(pattern, (1, on.shape[1]))[None]  # [1, 12, width k]
             return np.where(np.repeat(on, k, axis=1)[:, None, :], tiled, 0.0)
 
         def ends(seq: tuple[CommCall, ...], forward: bool, mask: np.ndarray) -> np.ndarray:

@@ -19,11 +19,11 @@ import numpy as np
 
 from parplan.api.search.chunks import Meshes, group_of
 from parplan.api.sharded_analytic import StageSync
-from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
+from parplan.plan.compute import comm_sm_share
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import split_layers
 from parplan.plan.sharded.memory import sync_buffers
-from parplan.plan.sharded.parts import block_unit, embedding_unit, head_unit
+from parplan.plan.sharded.parts import block_unit, embedding_unit, head_unit, optimizer_seconds
 from parplan.plan.sharded.sync import StageSync as StageCalls
 from parplan.plan.sharded.sync import (
     UnitParams,
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from parplan.plan.sharded.clock import GroupClock
     from parplan.plan.sharded.costs import ShardedLayout
     from parplan.plan.sharded.mesh import Mesh
+    from parplan.topology.network import DeviceInfo
 
 _SYNC_AXES = ("dp_cp", "edp", "dp_shard", "dp_replicate", "embedding")
 """The groups the data-parallel calls run in."""
@@ -147,9 +148,9 @@ class SyncBuilder:
             if id(mesh) not in staged:
                 staged[id(mesh)] = self._stages(mesh, strategy.virtual_stages)
             index, kinds = staged[id(mesh)]
-            per_type = np.asarray([self._stage(strategy, mesh, kind) for kind in kinds])  # [T, 9]
+            per_type = np.asarray([self._stage(strategy, mesh, kind) for kind in kinds])  # [T, 12]
             rows.append(per_type[index])
-        table = np.stack(rows)  # [Y, pp, 9]
+        table = np.stack(rows)  # [Y, pp, 12]
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
         per_micro = np.asarray([[f[0]] for f in flags])
         sync = StageSync(
@@ -165,13 +166,18 @@ class SyncBuilder:
             overlap=np.asarray([[s.aggregation.overlap] for s in strategies]),
             extra_s=table[..., 4],
             optimizer_s=table[..., 5],
+            gather_first_sm_s=table[..., 9],
+            gather_rest_sm_s=table[..., 10],
+            scatter_rest_sm_s=table[..., 11],
+            grad_rest_sm_s=table[..., 11],
         )
         capacity = float(self.ctx.network.device(base.device({"pp": 0})).memory_bytes)
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
 
     def _stage(self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]) -> tuple[float, ...]:
         """One stage type's (gather first, gather sum, scatter last, scatter sum, extra, optimizer,
-        model state bytes, sync buffer bytes, gradient calls): the calls and what does not
+        model state bytes, sync buffer bytes, gradient calls, and the SM seconds of the first
+        gather, the other gathers and every scatter but the last): the calls and what does not
         depend on the all-reduce algorithm memoised (:meth:`_fixed`), the gradient calls timed."""
         calls, fixed = self._fixed(strategy, mesh, kind)
         groups = dict(zip(_SYNC_AXES, kind[3], strict=True))
@@ -179,13 +185,32 @@ class SyncBuilder:
         timed: dict[tuple[Any, ...], float] = {}  # a stage's blocks make alike calls: time each once
         scatters = [self._timed(timed, c, groups, algorithm) for c in calls.grad_sync]
         last = scatters[-1] if scatters else 0.0
-        return (fixed[0], fixed[1], last, sum(scatters), *fixed[2:])
+        info = self.ctx.network.device(mesh.device({"pp": 0}))
+        scatter_sm = self._stolen(timed, calls.grad_sync[:-1], groups, algorithm, info)
+        return (fixed[0], fixed[1], last, sum(scatters), *fixed[2:], scatter_sm)
+
+    def _stolen(
+        self,
+        timed: dict[tuple[Any, ...], float],
+        calls: Sequence[CommCall],
+        groups: dict[str, Any],
+        algorithm: Any,
+        info: DeviceInfo,
+    ) -> float:
+        """Compute seconds ``calls`` take from what they run beside on ``info``'s SMs, summed in
+        call order as :meth:`~parplan.plan.sharded.clock.CollectiveClock.stolen` sums them."""
+        channels = self.clock.channels
+        return sum(
+            self._timed(timed, c, groups, algorithm) * comm_sm_share(info, channels(c, groups[c.axis]))
+            for c in calls
+        )
 
     def _fixed(
         self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
     ) -> tuple[StageCalls, tuple[float, ...]]:
         """A stage type's calls, and its (gather first, gather sum, extra, optimizer, state
-        bytes, buffer bytes, gradient calls), alike for every all-reduce algorithm."""
+        bytes, buffer bytes, gradient calls, SM seconds of the first gather and of the others),
+        alike for every all-reduce algorithm."""
         s = strategy
         key = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, s.shard_group, mesh.sizes["dp_shard"], kind)
         found = self._fixed_memo.get(key)
@@ -217,9 +242,11 @@ class SyncBuilder:
         extra += sum(self._seconds(c, groups[c.axis], algorithm) for c in calls.param_sync)
         info = self.ctx.network.device(mesh.device({"pp": 0}))
         owned = optimizer_params(strategy, units, data, expert_ranks, mesh.sizes["dp_shard"])
-        optimizer = owned * optimizer_bytes_moved_per_param(spec) / memory_bandwidth_Bps(info)
+        optimizer = optimizer_seconds(strategy, spec, owned, info)
         view = _View(strategy, (calls.param_gather,), (calls.grad_sync,))
         buffers = sync_buffers(self.ctx, cast("ShardedLayout", view), 0)
+        first_sm = self._stolen(timed, calls.param_gather[:1], groups, algorithm, info)
+        rest_sm = self._stolen(timed, calls.param_gather[1:], groups, algorithm, info)
         fixed = (
             gathers[0] if gathers else 0.0,
             sum(gathers),
@@ -228,6 +255,8 @@ class SyncBuilder:
             self._states(strategy, mesh, kind),
             buffers,
             float(bool(calls.grad_sync)),
+            first_sm,
+            rest_sm,
         )
         found = self._fixed_memo[key] = (calls, fixed)
         return found

@@ -55,6 +55,11 @@ class CallTimer:
         """Seconds of ``calls`` one after another."""
         return sum(self.seconds(c, stage) for c in calls)
 
+    def stolen(self, calls: Sequence[CommCall], stage: int) -> float:
+        """Compute seconds ``calls`` take from the compute they run beside: each call's seconds
+        times the share of SMs its NCCL channels hold (:meth:`CollectiveClock.sm_share`)."""
+        return sum(self.seconds(c, stage) * self.clock.sm_share(c, stage) for c in calls)
+
     def _time(self, call: CommCall, stage: int) -> float:
         devices = self.clock.group(call.axis, stage)
         if len(devices) < 2 or call.size_bytes <= 0:

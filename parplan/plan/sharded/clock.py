@@ -25,7 +25,7 @@ from parplan.collectives.auto import AutoAlgorithm
 from parplan.plan.base import PlanContext
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
-from parplan.topology.network import Network
+from parplan.topology.network import DeviceInfo, Network
 
 Params = tuple[float, float, float, bool, float | None, float | None]
 """A group's (alpha, beta, gamma, shared port, intra alpha, intra beta) for the closed forms."""
@@ -47,6 +47,10 @@ _CANONICAL: weakref.WeakKeyDictionary[Network, dict[tuple[str, ...], tuple[str, 
 )
 """Per network: groups and their congruent copies on the first nodes."""
 _EDGE_NAMES = ("channel", "channel_name")
+_CHANNELS: weakref.WeakKeyDictionary[Network, dict[tuple[str, float, tuple[str, ...]], int]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per network: the NCCL channels of each (collective, size, group) (:meth:`GroupClock.channels`)."""
 
 
 def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
@@ -158,6 +162,17 @@ def _closed_form(
         intra_beta_s_per_byte=intra_beta,
     )
     return float(algorithm.time_s(run.spec, p, size_bytes, cost, groups)) + run.call_overhead_s
+
+
+@lru_cache(maxsize=4096)
+def _nccl_channels(collective: str, size_bytes: float, system: Any) -> int:
+    """The channels NCCL's ``auto`` pick launches for one call (its runtime channels), 0 when its
+    model does not cover the call. Cached like :func:`_closed_form`."""
+    from parplan.collectives.auto_collectives import choose_for
+    from parplan.collectives.registry import algorithms
+
+    choice = choose_for(_AUTO, system, size_bytes, algorithms(collective), collective)
+    return choice.nccl.channels if choice.nccl is not None else 0
 
 
 class GroupClock:
@@ -274,12 +289,36 @@ class GroupClock:
             return (p - 1) * alpha + call.size_bytes * ((p - local) / p * beta + (local - 1) / p * intra_beta)
         return self._nccl(call, devices, params, algorithm)
 
-    def _nccl(self, call: CommCall, devices: tuple[str, ...], params: Params, algorithm: Any) -> float:
+    def channels(self, call: CommCall, devices: tuple[str, ...]) -> int:
+        """The NCCL channels (one CTA, one SM each) ``call`` runs on ``devices``: NCCL's ``auto``
+        pick's (also for a data-parallel all-reduce given another algorithm: NCCL runs it on its
+        channels); 0 for send/recv, all-to-all, a group of one or no NCCL system."""
+        from parplan.collectives.schedule import COLLECTIVES
+
+        devices = self.canonical(devices)
+        if len(devices) < 2 or call.size_bytes <= 0 or call.collective not in COLLECTIVES:
+            return 0
+        if call.collective == "all_to_all":
+            return 0
+        cache = _CHANNELS.setdefault(self.network, {})
+        key = (call.collective, call.size_bytes, devices)
+        found = cache.get(key)
+        if found is None:
+            system = self._system(devices)
+            found = 0 if system is None else _nccl_channels(call.collective, call.size_bytes, system)
+            cache[key] = found
+        return found
+
+    def _system(self, devices: tuple[str, ...]) -> Any:
         from parplan.topology.nccl_system import nccl_system
 
         system = self._systems.get(devices, _MISSING)
         if system is _MISSING:
             system = self._systems[devices] = nccl_system(self.network, devices)
+        return system
+
+    def _nccl(self, call: CommCall, devices: tuple[str, ...], params: Params, algorithm: Any) -> float:
+        system = self._system(devices)
         spec: Any = _AUTO
         if call.collective == "all_reduce" and call.axis in ("dp", "dp_cp", "edp", "dp_replicate"):
             spec = algorithm
@@ -305,6 +344,8 @@ class CollectiveClock:
         self.groups = GroupClock(ctx.network, share_congruent=share_congruent)
         self._groups: dict[tuple[str, int], tuple[str, ...]] = {}
         self._times: dict[tuple[str, str, float, int], float] = {}
+        self._shares: dict[tuple[str, str, float, int], float] = {}
+        self._devices: dict[int, DeviceInfo] = {}  # each stage's first device
 
     def group(self, axis: str, stage: int) -> tuple[str, ...]:
         """The devices of ``axis``'s group holding stage ``stage``'s first device."""
@@ -332,3 +373,23 @@ class CollectiveClock:
     def total(self, calls: Sequence[CommCall], stage: int) -> float:
         """Seconds of ``calls`` run one after another."""
         return sum(self.seconds(c, stage) for c in calls)
+
+    def sm_share(self, call: CommCall, stage: int) -> float:
+        """Share of stage ``stage``'s device's SMs ``call`` holds while it runs
+        (:func:`~parplan.plan.compute.comm_sm_share` of its NCCL channels)."""
+        from parplan.plan.compute import comm_sm_share
+
+        key = (call.collective, call.axis, call.size_bytes, stage)
+        found = self._shares.get(key)
+        if found is None:
+            device = self._devices.get(stage)
+            if device is None:
+                device = self._devices[stage] = self.network.device(self.layout.mesh.device({"pp": stage}))
+            channels = self.groups.channels(call, self.group(call.axis, stage))
+            found = self._shares[key] = comm_sm_share(device, channels)
+        return found
+
+    def stolen(self, calls: Sequence[CommCall], stage: int) -> float:
+        """Compute seconds ``calls`` take from the compute they run beside: each call's seconds
+        times its :meth:`sm_share`."""
+        return sum(self.seconds(c, stage) * self.sm_share(c, stage) for c in calls)

@@ -22,11 +22,16 @@ other linear layer. The straggler jitter of other plans is not applied.
 around its all-gathers and reduce-scatters (:func:`~parplan.plan.sharded.sync.fsdp_copy_bytes`),
 memory-bound kernels on the compute stream.
 
+**DeepSpeed's gradient accumulation** (``framework: deepspeed``): each chunk's backward also adds
+its gradients to fp32 copies (:func:`~parplan.plan.sharded.sync.accumulation_bytes`), memory bound.
+
 **Communication**: :mod:`parplan.plan.sharded.comm` (TP/SP, CP ring, EP all-to-all per block) and
 :mod:`parplan.plan.sharded.sync` (data-parallel reduction, ZeRO/FSDP gathers, tied embeddings).
 Between consecutive chunks each micro-batch sends ``p2p_bytes`` = ``b S / cp x h x e / tp``: the
 activation as Megatron sends it (scattered over the TP group, sequence-parallel or not) and, in
-backward, its gradient of the same size.
+backward, its gradient of the same size. DeepSpeed's ``PipelineEngine`` sends the same: with model
+parallelism it partitions the stage's output and its gradient over the TP group
+(``is_pipe_partitioned``, ``PartitionedTensor``) and the receiver all-gathers them inside it.
 """
 
 from __future__ import annotations
@@ -37,10 +42,17 @@ from typing import TYPE_CHECKING, Any
 
 from parplan.config.strategy import ShardedStrategy
 from parplan.errors import PlanError
-from parplan.plan.compute import memory_bandwidth_Bps, optimizer_bytes_moved_per_param
 from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
 from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
-from parplan.plan.sharded.parts import block_unit, embedding_unit, fsdp_copy_seconds, head_unit, p2p_bytes
+from parplan.plan.sharded.parts import (
+    accumulation_seconds,
+    block_unit,
+    embedding_unit,
+    fsdp_copy_seconds,
+    head_unit,
+    optimizer_seconds,
+    p2p_bytes,
+)
 from parplan.plan.sharded.sync import (
     UnitParams,
     gathered_param_bytes,
@@ -358,6 +370,12 @@ def _chunk(
     return work, units
 
 
+def _with_grad_accumulation(work: ChunkWork, strategy: ShardedStrategy, info: DeviceInfo) -> ChunkWork:
+    """The chunk with its gradients' accumulation (DeepSpeed's) after its backward."""
+    extra = accumulation_seconds(strategy, work.params, info)
+    return replace(work, backward_s=work.backward_s + extra) if extra > 0.0 else work
+
+
 def _with_fsdp_copies(
     work: ChunkWork, strategy: ShardedStrategy, units: Sequence[UnitParams], spec: ModelSpec, info: DeviceInfo
 ) -> ChunkWork:
@@ -395,7 +413,7 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
         for vc in range(v):
             c = vc * pp + s
             work, chunk_units = _chunk(ctx, (strategy, shape, mesh), roof, c, starts[c], counts[c])
-            row.append(work)
+            row.append(_with_grad_accumulation(work, strategy, info))
             row_units.append(tuple(chunk_units))
         bare.append(tuple(row))
         per_chunk.append(tuple(row_units))
@@ -458,7 +476,7 @@ def _sync_fields(
         grads.append(sync.grad_sync)
         params_after.append(sync.param_sync)
         owned = optimizer_params(strategy, units, data_ranks, expert_ranks, mesh.sizes["dp_shard"])
-        optimizer.append(owned * optimizer_bytes_moved_per_param(spec) / memory_bandwidth_Bps(info))
+        optimizer.append(optimizer_seconds(strategy, spec, owned, info))
     fully = strategy.zero == 3 or strategy.fsdp != "none"
     return {
         "param_gather": tuple(gathers),

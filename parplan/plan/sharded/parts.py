@@ -1,6 +1,7 @@
 """What one transformer block, the embedding and the head put into a sharded plan's model chunk
 besides compute: the parameters one device holds for each (after TP/EP splits), the activation
-bytes sent between chunks, and the seconds of FSDP2's copies. :func:`~parplan.plan.sharded.costs.
+bytes sent between chunks, the seconds of FSDP2's copies and of DeepSpeed's gradient
+accumulation; and the seconds of a stage's optimizer step. :func:`~parplan.plan.sharded.costs.
 layout_plan` sums them chunk by chunk; a search sums them as arrays over many plans at once
 (:mod:`parplan.api.search.chunks`), so both read these functions.
 """
@@ -11,8 +12,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from parplan.config.strategy import ShardedStrategy
-from parplan.plan.compute import memory_bandwidth_Bps
-from parplan.plan.sharded.sync import UnitParams, fsdp_copy_bytes, gathered_param_bytes
+from parplan.plan.compute import (
+    foreach_adamw_bytes_per_param,
+    memory_bandwidth_Bps,
+    optimizer_bytes_moved_per_param,
+)
+from parplan.plan.sharded.sync import UnitParams, accumulation_bytes, fsdp_copy_bytes, gathered_param_bytes
 
 if TYPE_CHECKING:
     from parplan.config.model import ModelSpec
@@ -61,3 +66,25 @@ def fsdp_copy_seconds(
     fwd, bwd = fsdp_copy_bytes(strategy, units, param_bytes, spec.bytes_per_grad)
     rate = memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY
     return fwd / rate, bwd / rate
+
+
+def accumulation_seconds(strategy: ShardedStrategy, params: float, info: DeviceInfo) -> float:
+    """Seconds one micro-batch's gradient accumulation adds to a chunk's backward for its
+    ``params`` parameters (:func:`~parplan.plan.sharded.sync.accumulation_bytes`: DeepSpeed's,
+    memory bound; 0 under Megatron and FSDP). Works on numpy arrays of parameter counts too."""
+    from parplan.plan.compute import MEMORY_EFFICIENCY
+
+    if strategy.framework != "deepspeed":
+        return 0.0
+    return accumulation_bytes(strategy, 1.0) * params / (memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY)
+
+
+def optimizer_seconds(
+    strategy: ShardedStrategy, spec: ModelSpec, owned_params: float, info: DeviceInfo
+) -> float:
+    """Seconds of the optimizer step over the ``owned_params`` a device updates: a fused Adam
+    kernel under Megatron and ZeRO, PyTorch's foreach AdamW under FSDP (torch.optim's default on
+    CUDA, what FSDP runs), memory bound."""
+    fused = strategy.fsdp == "none"
+    per_param = optimizer_bytes_moved_per_param(spec) if fused else foreach_adamw_bytes_per_param(spec)
+    return owned_params * per_param / memory_bandwidth_Bps(info)

@@ -14,6 +14,12 @@ dtype (:func:`gathered_param_bytes`), whatever precision the sharded copy is kep
 - **ZeRO 1 and 2** (DeepSpeed; Megatron's distributed optimizer): the buckets are reduce-scattered,
   each rank updates its shard, and the updated parameters are all-gathered after the optimizer
   (``param_sync``); once per step.
+- **DeepSpeed's ``BF16_Optimizer``** (``framework: deepspeed``, ZeRO 0 or 1): the engine all-reduces
+  the fp32 gradients (``allreduce_gradients``: ``buffered_allreduce_fallback`` of
+  ``get_grads_for_reduction()``, the optimizer's fp32 gradients) even where the optimizer state is
+  sharded over the data ranks; each rank updates its shard and all-gathers the updated 16-bit
+  parameters (``update_lp_params``). Its gradients are fp32: a model spec says so with
+  ``bytes_per_grad: 4``.
 - **ZeRO 3, FSDP ``full_shard``**: every layer is one unit; its parameters are all-gathered before its
   forward and again before its backward, its gradients reduce-scattered after its backward; every
   micro-batch (DeepSpeed ZeRO-3 and FSDP without ``no_sync``).
@@ -25,7 +31,9 @@ dtype (:func:`gathered_param_bytes`), whatever precision the sharded copy is kep
   copy on the last for the logits, and all-reduces their gradients between the two once per step.
 - **Optimizer**: each rank updates the parameters it owns after sharding (ZeRO >= 1 or FSDP: its
   ``1 / dp_cp`` share of the dense ones, ``1 / edp`` of the expert ones); memory bound, as
-  :func:`parplan.plan.compute.optimizer_seconds` prices it.
+  :func:`parplan.plan.compute.optimizer_seconds` prices a fused Adam kernel, or under FSDP as
+  PyTorch's foreach AdamW moves its bytes
+  (:func:`~parplan.plan.compute.foreach_adamw_bytes_per_param`).
 """
 
 from __future__ import annotations
@@ -92,6 +100,26 @@ def fsdp_copy_bytes(
     return gather, again + (param_bytes + grad_bytes) * params
 
 
+def accumulation_bytes(strategy: ShardedStrategy, params: float) -> float:
+    """Bytes one micro-batch's gradient accumulation moves for ``params`` parameters beyond the
+    backward's own kernels. DeepSpeed (``framework: deepspeed``): its ``BF16_Optimizer`` keeps fp32
+    gradients, and after every micro-batch's backward ``update_hp_grads`` adds each 16-bit gradient
+    to its fp32 copy (``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``,
+    ``deepspeed/runtime/bf16_optimizer.py``; the ``PipelineEngine`` calls it after each backward):
+    the cast reads the 16-bit gradient and writes an fp32 one, the add reads both fp32 tensors and
+    writes one: ``e + 4 x 4`` bytes a parameter. Megatron-LM accumulates inside the
+    weight-gradient GEMMs (``gradient_accumulation_fusion``), PyTorch's autograd into ``.grad``
+    as it writes it: 0.
+
+    >>> accumulation_bytes(ShardedStrategy(kind="sharded", framework="deepspeed"), 1e9) / 1e9
+    18.0
+    """
+    if strategy.framework != "deepspeed" or params <= 0.0:
+        return 0.0
+    fp32 = GATHERED_BYTES["fp32"]
+    return params * (gathered_param_bytes(fp32, strategy.dtype) + 4.0 * fp32)
+
+
 def fully_sharded(strategy: ShardedStrategy) -> bool:
     """Whether parameters live sharded between uses (ZeRO-3 or any FSDP mode)."""
     return strategy.zero == 3 or strategy.fsdp != "none"
@@ -145,12 +173,13 @@ def stage_sync(
         ax: CommAxis = "dp_cp" if axis == "dp_cp" else "edp"
         for k, n in enumerate(_buckets(units, kind, bucket_params)):
             label = f"{kind} bucket{k}"
-            if strategy.zero == 0:
+            if strategy.zero == 0 or (strategy.framework == "deepspeed" and strategy.zero == 1):
                 grads.append(CommCall("all_reduce", n * grad_bytes, ax, False, f"dp all-reduce {label}"))
             else:
                 grads.append(
                     CommCall("reduce_scatter", n * grad_bytes, ax, False, f"dp reduce-scatter {label}")
                 )
+            if strategy.zero > 0:
                 params.append(
                     CommCall("all_gather", n * param_bytes, ax, False, f"dp param all-gather {label}")
                 )

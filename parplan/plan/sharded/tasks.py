@@ -39,7 +39,12 @@ does: each unit waits for the one before it (and for the schedule's rules,
 (the engine books them in batches). Units name a chunk (model chunk ``c x pp + s`` on stage
 ``s``), so interleaved 1F1B runs as Megatron runs it.
 Per unit: forward = compute, then its blocking calls; backward = recompute, blocking calls, the
-input-gradient half, then the weight-gradient half beside the overlappable calls. After the last
+input-gradient half, then the weight-gradient half beside the overlappable calls. A compute task
+that an overlappable call runs beside is longer by the seconds the call's NCCL channels take of
+its SMs (:meth:`~parplan.plan.sharded.calls.CallTimer.stolen`, the closed form's rule); a
+weight-gradient slice by the SM seconds of the gradient bucket the slice before it made ready
+(ZeRO-0/1/2 with ``aggregation.overlap``: the bucket is simulated on the network, its SM share
+taken from the closed form's time of it). After the last
 backward: gradient buckets (ready when the chunks they cover finish their last backward, in
 backward order), the tied-embedding all-reduce, the optimizer, ZeRO-1/2's parameter all-gather.
 """
@@ -55,6 +60,7 @@ from parplan.pipeline import Stage, Unit
 from parplan.pipeline import get as get_schedule
 from parplan.plan.sharded.calls import CallTimer
 from parplan.plan.sharded.comm import CommCall
+from parplan.plan.sharded.order import strict_order
 from parplan.plan.sharded.step_end import add_step_end, bucket_chunk
 from parplan.taskgraph import COMM_STREAM, TaskGraph, TaskGraphBuilder
 
@@ -97,6 +103,8 @@ class _Costs:
     backward_blocking_s: float
     backward_overlapped: tuple[CommCall, ...]
     backward_overlapped_s: float
+    forward_stolen_s: float  # compute seconds the overlappable calls' SMs take
+    backward_stolen_s: float
 
 
 def _costs(st: _Build, s: int, chunk: int) -> _Costs:
@@ -113,6 +121,8 @@ def _costs(st: _Build, s: int, chunk: int) -> _Costs:
             backward_blocking_s=timer.total([c for c in work.backward_comm if c.blocking], s),
             backward_overlapped=bwd,
             backward_overlapped_s=timer.total(bwd, s),
+            forward_stolen_s=timer.stolen(fwd, s),
+            backward_stolen_s=timer.stolen(bwd, s),
         )
     return found
 
@@ -199,52 +209,6 @@ def replicate(b: TaskGraphBuilder, piece: TaskGraph, reps: Sequence[Sequence[str
     return offsets
 
 
-def strict_order(orders: Sequence[Sequence[Unit]], pp: int, v: int) -> list[tuple[int, Unit]]:
-    """Every (stage, unit) in an order that puts each after the unit before it on its stage and
-    after the units it needs data from (the previous model chunk's forward, the next one's
-    backward): the order the builder appends them, so each unit can wait for its predecessor on
-    its stage, as Megatron's blocking schedule runs them (a topological order, smallest position
-    first; the schedules' orders make no cycle, tests/pipeline prove it)."""
-    import heapq
-
-    last = pp * v - 1
-    place = [{u: k for k, u in enumerate(order)} for order in orders]
-    indegree: dict[tuple[int, Unit], int] = {}
-    for s, order in enumerate(orders):
-        for k, u in enumerate(order):
-            g = u.chunk * pp + s
-            needs = int(k > 0)
-            if u.direction == "F":
-                needs += int(g > 0)
-            else:
-                needs += (
-                    1 if g < last else 0
-                )  # the next chunk's backward (the last: its own forward, earlier)
-            indegree[(s, u)] = needs
-    ready = [(0, s, orders[s][0]) for s in range(pp) if orders[s] and indegree[(s, orders[s][0])] == 0]
-    heapq.heapify(ready)
-    out: list[tuple[int, Unit]] = []
-    while ready:
-        _, s, u = heapq.heappop(ready)
-        out.append((s, u))
-        g = u.chunk * pp + s
-        followers = []
-        k = place[s][u]
-        if k + 1 < len(orders[s]):
-            followers.append((s, orders[s][k + 1]))
-        if u.direction == "F" and g < last:
-            followers.append(((g + 1) % pp, Unit("F", u.microbatch, (g + 1) // pp)))
-        if u.direction == "B" and g > 0:
-            followers.append(((g - 1) % pp, Unit("B", u.microbatch, (g - 1) // pp)))
-        for key in followers:
-            indegree[key] -= 1
-            if indegree[key] == 0:
-                heapq.heappush(ready, (place[key[0]][key[1]], key[0], key[1]))
-    if len(out) != len(indegree):
-        raise PlanError("the pipeline schedule's orders deadlock against the chunks' data dependencies")
-    return out
-
-
 def _chunk_index(st: _Build, s: int, unit: Unit) -> int:
     """The model chunk ``unit`` runs on stage ``s`` (``chunk x pp + s``)."""
     return unit.chunk * st.layout.strategy.pp + s
@@ -275,12 +239,13 @@ def _layer_calls(calls: Sequence[CommCall], layers: Sequence[str]) -> list[CommC
     return [c for c in calls if mine.intersection(c.label.split())]
 
 
-def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> tuple[int, int] | None:
+def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> tuple[int, int, float] | None:
     """ZeRO-3/FSDP: the chunk's per-layer parameter gathers on the communication stream, as
     (first layer's gather, the rest). The first starts once the previous gather is done and the
     unit two places back has ended (FSDP's limit of one prefetch: the parameters it used may be
     freed); the unit's compute waits for it; the rest run beside the compute, which its end waits
-    for. So a unit exposes its first gather and what of the rest its compute does not hide."""
+    for. So a unit exposes its first gather and what of the rest its compute does not hide; the
+    third figure is the compute seconds the rest take of the SMs."""
     layout = st.layout
     if not layout.per_microbatch_sync or not layout.param_gather[s]:
         return None
@@ -300,14 +265,23 @@ def _gather(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> tuple[in
     first = st.b.compute(
         dev, st.timer.seconds(calls[0], s), waits, category="fsdp", label=f"gather {tag}", stream=COMM_STREAM
     )
-    rest = first
+    rest, stolen = first, st.timer.stolen(calls[1:], s)
     if len(calls) > 1:
         seconds = st.timer.total(calls[1:], s)
         rest = st.b.compute(
             dev, seconds, [first], category="fsdp", label=f"gathers {tag}", stream=COMM_STREAM
         )
     st.gathered[(s, d)] = rest
-    return first, rest
+    return first, rest, stolen
+
+
+def _scatter_stolen(st: _Build, s: int, unit: Unit) -> float:
+    """Compute seconds the SMs of the reduce-scatters :func:`_scatter` runs beside the backward take."""
+    layout = st.layout
+    if not layout.per_microbatch_sync:
+        return 0.0
+    calls = _layer_calls(layout.grad_sync[s], layout.chunks[s][unit.chunk].layers)
+    return st.timer.stolen(calls[:-1], s)
 
 
 def _scatter(st: _Build, s: int, d: int, unit: Unit, start: int, done: int) -> None:
@@ -354,8 +328,14 @@ def _add_forward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> Non
     gather = _gather(st, s, d, unit, deps)
     if gather is not None:
         deps.append(gather[0])
+    # the gathers run beside the compute; the overlappable calls beside the core when it is apart
     core_s = costs.forward_core_s
-    last = b.compute(dev, work.forward_s - core_s, deps, category="forward", label=f"fwd {tag}")
+    main_s = work.forward_s - core_s + (gather[2] if gather is not None else 0.0)
+    if core_s:
+        core_s += costs.forward_stolen_s
+    else:
+        main_s += costs.forward_stolen_s
+    last = b.compute(dev, main_s, deps, category="forward", label=f"fwd {tag}")
     ends = [last]
     if costs.forward_overlapped:
         ends.append(
@@ -429,11 +409,15 @@ def _add_backward(st: _Build, s: int, d: int, unit: Unit, deps: list[int]) -> No
     if gather is not None:
         deps.append(gather[0])
     head_s = work.recompute_s + costs.backward_blocking_s + work.backward_s * (1 - WGRAD_SHARE)
+    head_s += gather[2] if gather is not None else 0.0
+    wgrad_total_s = work.backward_s * WGRAD_SHARE + costs.backward_stolen_s + _scatter_stolen(st, s, unit)
     first = b.compute(dev, head_s, deps, category="backward", label=f"bwd {tag}")
     last = first
-    slices = _bucket_slices(st, s, unit)
-    for k in slices or [-1]:
-        wgrad_s = work.backward_s * WGRAD_SHARE / max(1, len(slices))
+    slices, buckets = _bucket_slices(st, s, unit), layout.grad_sync[s]
+    for j, k in enumerate(slices or [-1]):
+        wgrad_s = wgrad_total_s / max(1, len(slices))
+        if j > 0:  # beside the bucket the slice before made ready (its closed-form SM seconds)
+            wgrad_s += st.timer.clock.stolen([buckets[slices[j - 1]]], s)
         last = b.compute(dev, wgrad_s, [last], category="backward", label=f"wgrad {tag}")
         if k >= 0:
             st.bucket_ready[(s, d, k)] = last
