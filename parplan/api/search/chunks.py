@@ -3,7 +3,7 @@ one :func:`~parplan.plan.sharded.costs.layout_plan` pass per plan.
 
 A plan's chunks string together the same pieces: the embedding (chunk 0), ``n`` blocks, the head
 (the last chunk). One block's compute (:func:`~parplan.plan.sharded.costs.block_figures`), calls
-(:func:`~parplan.plan.sharded.costs.chunk_calls`) and parameters
+(:func:`~parplan.plan.sharded.blocks.chunk_calls`) and parameters
 (:mod:`~parplan.plan.sharded.parts`) depend on the micro-batch key (tp, cp, ep, micro-batch size,
 SP, recomputation) and the device, not on pp, virtual stages, dp or the device count: they are
 memoised on that key and spread over a structure's chunks by :func:`~parplan.plan.sharded.costs.
@@ -30,8 +30,9 @@ import numpy as np
 
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.compute import comm_sm_share
+from parplan.plan.sharded.blocks import chunk_calls
 from parplan.plan.sharded.comm import CommCall, LayerComm
-from parplan.plan.sharded.costs import block_figures, chunk_calls, split_layers
+from parplan.plan.sharded.costs import block_figures, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
 from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
 from parplan.plan.sharded.parts import (

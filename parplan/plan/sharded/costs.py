@@ -42,7 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from parplan.config.strategy import ShardedStrategy
 from parplan.errors import PlanError
-from parplan.plan.sharded.comm import CommCall, CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
+from parplan.plan.sharded.blocks import Roofline, comm_sizes
+from parplan.plan.sharded.comm import CommCall, LayerComm, embedding_comm, head_comm
 from parplan.plan.sharded.mesh import Mesh, build_mesh, check_shape, microbatches_per_pipeline
 from parplan.plan.sharded.parts import (
     accumulation_seconds,
@@ -62,7 +63,7 @@ from parplan.plan.sharded.sync import (
 
 if TYPE_CHECKING:
     from parplan.config.model import ModelSpec
-    from parplan.model.transformer import Op, TransformerShape
+    from parplan.model.transformer import TransformerShape
     from parplan.plan.base import PlanContext
     from parplan.topology.network import DeviceInfo
 
@@ -71,7 +72,6 @@ __all__ = [
     "CommCall",
     "ShardedLayout",
     "block_figures",
-    "chunk_calls",
     "layout_plan",
     "split_layers",
     "transformer_shape",
@@ -186,114 +186,13 @@ def split_layers(layers: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-class _Roofline:
-    """Ops and their seconds on one device, cached per kind of block (dense or MoE)."""
-
-    def __init__(
-        self, ctx: PlanContext, strategy: ShardedStrategy, shape: TransformerShape, device: DeviceInfo
-    ) -> None:
-        self.strategy, self.shape, self.device = strategy, shape, device
-        self._blocks: dict[bool, tuple[float, float, float, float, float]] = {}
-        self._comm: dict[bool, LayerComm] = {}
-
-    def layer_comm(self, sizes: CommSizes, moe: bool, ep: int) -> LayerComm:
-        """The calls of a dense or MoE block (the same for every block of its kind)."""
-        found = self._comm.get(moe)
-        if found is None:
-            found = self._comm[moe] = layer_comm(self.strategy, sizes, moe=moe, ep=ep)
-        return found
-
-    def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
-        from parplan.plan.compute import op_seconds
-
-        dtype = self.strategy.dtype
-        fwd = sum(op_seconds(self.device, op, dtype) for op in ops)
-        bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in ops)
-        core = [op for op in ops if op.kind == "attention"]
-        attention = sum(op_seconds(self.device, op, dtype) for op in core)
-        attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
-        mode = self.strategy.recompute
-        if mode == "op":
-            from parplan.model.checkpointing import recomputed_ops
-
-            recompute = sum(op_seconds(self.device, op, dtype) for op in recomputed_ops(ops))
-        else:
-            recompute = {"none": 0.0, "selective": attention, "full": fwd}[mode]
-        return fwd, bwd, recompute, attention, attention_bwd
-
-    def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float, float]:
-        """(forward, backward, recompute, attention forward, attention backward) seconds of block
-        ``layer``."""
-        key = self.shape.is_moe(layer)
-        found = self._blocks.get(key)
-        if found is None:
-            from parplan.model.transformer import block_ops
-
-            s = self.strategy
-            ops = block_ops(
-                self.shape,
-                microbatch=s.microbatch_size,
-                tp=s.tp,
-                sp=s.sequence_parallel,
-                cp=s.cp,
-                flash_attention=s.flash_attention,
-                ep=mesh.ep,
-                capacity_factor=s.capacity_factor,
-                layer=layer,
-                kernels=s.kernels,
-            )
-            found = self._blocks[key] = self._seconds(ops)
-        return found
-
-    def ends(self, which: str) -> tuple[float, float]:
-        """(forward, backward) seconds of the embedding or the head."""
-        from parplan.model.transformer import embedding_ops, head_ops
-
-        s = self.strategy
-        if which == "embedding":
-            ops = embedding_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp, kernels=s.kernels)
-        else:
-            ops = head_ops(
-                self.shape,
-                microbatch=s.microbatch_size,
-                tp=s.tp,
-                cp=s.cp,
-                sp=s.sequence_parallel,
-                kernels=s.kernels,
-            )
-        fwd, bwd, _, _, _ = self._seconds(ops)
-        return fwd, bwd
-
-
-def _comm_sizes(strategy: ShardedStrategy, shape: TransformerShape) -> CommSizes:
-    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
-    e = shape.bytes_per_element
-    kv = 2.0 * tokens * (shape.kv_heads / strategy.tp) * shape.head_dim * e if strategy.cp > 1 else 0.0
-    dispatch = tokens * shape.top_k * strategy.capacity_factor * shape.hidden * e
-    return CommSizes(activation_bytes=tokens * shape.hidden * e, kv_step_bytes=kv, dispatch_bytes=dispatch)
-
-
-def chunk_calls(
-    strategy: ShardedStrategy, shape: TransformerShape, ep: int, layer: int = 0
-) -> tuple[LayerComm, LayerComm, LayerComm]:
-    """The TP/SP/CP/EP calls of block ``layer``, of the embedding and of the head, one
-    micro-batch (what every chunk strings together in model order)."""
-    sizes = _comm_sizes(strategy, shape)
-    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
-    return (
-        layer_comm(strategy, sizes, moe=shape.is_moe(layer), ep=ep),
-        embedding_comm(strategy, sizes.activation_bytes),
-        head_comm(strategy, sizes.activation_bytes, tokens),
-    )
-
-
 def block_figures(
     ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo, layer: int = 0
 ) -> tuple[tuple[float, float, float, float, float], tuple[float, float], tuple[float, float]]:
     """One block's (forward, backward, recompute, attention forward, attention backward)
     seconds, and the embedding's and the head's (forward, backward), on ``info``: what
     :func:`layout_plan` sums into chunks (the search sums them itself, as arrays)."""
-    roof = _Roofline(ctx, strategy, transformer_shape(ctx), info)
+    roof = Roofline(ctx, strategy, transformer_shape(ctx), info)
     return roof.block(layer, mesh), roof.ends("embedding"), roof.ends("head")
 
 
@@ -311,7 +210,7 @@ def _node_ids(ctx: PlanContext, shape: TransformerShape) -> tuple[str, tuple[str
 def _chunk(
     ctx: PlanContext,
     layout: tuple[ShardedStrategy, TransformerShape, Mesh],
-    roof: _Roofline,
+    roof: Roofline,
     chunk: int,
     first: int,
     count: int,
@@ -320,7 +219,7 @@ def _chunk(
     strategy, shape, mesh = layout
     total = strategy.pp * strategy.virtual_stages
     emb_id, block_ids, head_id = _node_ids(ctx, shape)
-    sizes = _comm_sizes(strategy, shape)
+    sizes = comm_sizes(strategy, shape)
     fwd = bwd = rec = attn = attn_bwd = 0.0
     fcomm: list[CommCall] = []
     bcomm: list[LayerComm] = []
@@ -401,13 +300,13 @@ def layout_plan(ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh | None =
     spec = ctx.model_spec
     bare: list[tuple[ChunkWork, ...]] = []
     per_chunk: list[tuple[tuple[UnitParams, ...], ...]] = []
-    roofs: dict[DeviceInfo, _Roofline] = {}
+    roofs: dict[DeviceInfo, Roofline] = {}
     for s in range(pp):
         info = ctx.network.device(mesh.device({"pp": s}))
         kind = replace(info, name="", group=None)  # alike devices time alike: one roofline
         roof = roofs.get(kind)
         if roof is None:
-            roof = roofs[kind] = _Roofline(ctx, strategy, shape, info)
+            roof = roofs[kind] = Roofline(ctx, strategy, shape, info)
         row: list[ChunkWork] = []
         row_units: list[tuple[UnitParams, ...]] = []
         for vc in range(v):

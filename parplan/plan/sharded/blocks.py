@@ -1,0 +1,121 @@
+"""One transformer block's, the embedding's and the head's work on one device, for one plan: the
+seconds of their kernels (:class:`Roofline`, the roofline of :mod:`parplan.plan.compute` over the
+ops of :mod:`parplan.model.transformer`, cached per kind of block) and their TP/SP/CP/EP calls
+(:func:`chunk_calls`). :mod:`parplan.plan.sharded.costs` strings them into model chunks; the
+search sums them as arrays (:mod:`parplan.api.search.chunks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from parplan.config.strategy import ShardedStrategy
+from parplan.plan.sharded.comm import CommSizes, LayerComm, embedding_comm, head_comm, layer_comm
+
+if TYPE_CHECKING:
+    from parplan.model.transformer import Op, TransformerShape
+    from parplan.plan.base import PlanContext
+    from parplan.plan.sharded.mesh import Mesh
+    from parplan.topology.network import DeviceInfo
+
+
+class Roofline:
+    """Ops and their seconds on one device, cached per kind of block (dense or MoE)."""
+
+    def __init__(
+        self, ctx: PlanContext, strategy: ShardedStrategy, shape: TransformerShape, device: DeviceInfo
+    ) -> None:
+        self.strategy, self.shape, self.device = strategy, shape, device
+        self._blocks: dict[bool, tuple[float, float, float, float, float]] = {}
+        self._comm: dict[bool, LayerComm] = {}
+
+    def layer_comm(self, sizes: CommSizes, moe: bool, ep: int) -> LayerComm:
+        """The calls of a dense or MoE block (the same for every block of its kind)."""
+        found = self._comm.get(moe)
+        if found is None:
+            found = self._comm[moe] = layer_comm(self.strategy, sizes, moe=moe, ep=ep)
+        return found
+
+    def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
+        from parplan.plan.compute import op_seconds
+
+        dtype = self.strategy.dtype
+        fwd = sum(op_seconds(self.device, op, dtype) for op in ops)
+        bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in ops)
+        core = [op for op in ops if op.kind == "attention"]
+        attention = sum(op_seconds(self.device, op, dtype) for op in core)
+        attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
+        mode = self.strategy.recompute
+        if mode == "op":
+            from parplan.model.checkpointing import recomputed_ops
+
+            recompute = sum(op_seconds(self.device, op, dtype) for op in recomputed_ops(ops))
+        else:
+            recompute = {"none": 0.0, "selective": attention, "full": fwd}[mode]
+        return fwd, bwd, recompute, attention, attention_bwd
+
+    def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float, float]:
+        """(forward, backward, recompute, attention forward, attention backward) seconds of block
+        ``layer``."""
+        key = self.shape.is_moe(layer)
+        found = self._blocks.get(key)
+        if found is None:
+            from parplan.model.transformer import block_ops
+
+            s = self.strategy
+            ops = block_ops(
+                self.shape,
+                microbatch=s.microbatch_size,
+                tp=s.tp,
+                sp=s.sequence_parallel,
+                cp=s.cp,
+                flash_attention=s.flash_attention,
+                ep=mesh.ep,
+                capacity_factor=s.capacity_factor,
+                layer=layer,
+                kernels=s.kernels,
+            )
+            found = self._blocks[key] = self._seconds(ops)
+        return found
+
+    def ends(self, which: str) -> tuple[float, float]:
+        """(forward, backward) seconds of the embedding or the head."""
+        from parplan.model.transformer import embedding_ops, head_ops
+
+        s = self.strategy
+        if which == "embedding":
+            ops = embedding_ops(self.shape, microbatch=s.microbatch_size, tp=s.tp, cp=s.cp, kernels=s.kernels)
+        else:
+            ops = head_ops(
+                self.shape,
+                microbatch=s.microbatch_size,
+                tp=s.tp,
+                cp=s.cp,
+                sp=s.sequence_parallel,
+                kernels=s.kernels,
+            )
+        fwd, bwd, _, _, _ = self._seconds(ops)
+        return fwd, bwd
+
+
+def comm_sizes(strategy: ShardedStrategy, shape: TransformerShape) -> CommSizes:
+    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    e = shape.bytes_per_element
+    kv = 2.0 * tokens * (shape.kv_heads / strategy.tp) * shape.head_dim * e if strategy.cp > 1 else 0.0
+    dispatch = tokens * shape.top_k * strategy.capacity_factor * shape.hidden * e
+    return CommSizes(activation_bytes=tokens * shape.hidden * e, kv_step_bytes=kv, dispatch_bytes=dispatch)
+
+
+def chunk_calls(
+    strategy: ShardedStrategy, shape: TransformerShape, ep: int, layer: int = 0
+) -> tuple[LayerComm, LayerComm, LayerComm]:
+    """The TP/SP/CP/EP calls of block ``layer``, of the embedding and of the head, one
+    micro-batch (what every chunk strings together in model order)."""
+    sizes = comm_sizes(strategy, shape)
+    tokens = strategy.microbatch_size * shape.sequence_length / strategy.cp
+    return (
+        layer_comm(strategy, sizes, moe=shape.is_moe(layer), ep=ep),
+        embedding_comm(strategy, sizes.activation_bytes),
+        head_comm(strategy, sizes.activation_bytes, tokens),
+    )
