@@ -23,14 +23,18 @@ from parplan.plan.compute import comm_sm_share
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import split_layers
 from parplan.plan.sharded.memory import sync_buffers
-from parplan.plan.sharded.parts import block_unit, embedding_unit, head_unit, optimizer_seconds
+from parplan.plan.sharded.parts import (
+    block_unit,
+    embedding_unit,
+    head_unit,
+    mesh_stage_sync,
+    optimizer_seconds,
+)
 from parplan.plan.sharded.sync import StageSync as StageCalls
 from parplan.plan.sharded.sync import (
     UnitParams,
     fully_sharded,
-    gathered_param_bytes,
     optimizer_params,
-    stage_sync,
     state_sharded,
 )
 
@@ -139,16 +143,17 @@ class SyncBuilder:
         """The figures of ``strategies`` (one per sync key, alike but for ZeRO, FSDP and the
         aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds)."""
         hybrid: Mesh | None = None
-        staged: dict[int, tuple[np.ndarray, list[tuple[Any, ...]]]] = {}
+        staged: dict[int, tuple[np.ndarray, list[tuple[Any, ...]], DeviceInfo]] = {}
         rows = []
         for strategy in strategies:
             mesh = base
             if strategy.fsdp == "hybrid_shard":
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
             if id(mesh) not in staged:
-                staged[id(mesh)] = self._stages(mesh, strategy.virtual_stages)
-            index, kinds = staged[id(mesh)]
-            per_type = np.asarray([self._stage(strategy, mesh, kind) for kind in kinds])  # [T, 12]
+                info = self.ctx.network.device(mesh.device({"pp": 0}))
+                staged[id(mesh)] = (*self._stages(mesh, strategy.virtual_stages), info)
+            index, kinds, info = staged[id(mesh)]
+            per_type = np.asarray([self._stage(strategy, mesh, kind, info) for kind in kinds])  # [T, 12]
             rows.append(per_type[index])
         table = np.stack(rows)  # [Y, pp, 12]
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
@@ -174,18 +179,20 @@ class SyncBuilder:
         capacity = float(self.ctx.network.device(base.device({"pp": 0})).memory_bytes)
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
 
-    def _stage(self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]) -> tuple[float, ...]:
+    def _stage(
+        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
+    ) -> tuple[float, ...]:
         """One stage type's (gather first, gather sum, scatter last, scatter sum, extra, optimizer,
         model state bytes, sync buffer bytes, gradient calls, and the SM seconds of the first
         gather, the other gathers and every scatter but the last): the calls and what does not
-        depend on the all-reduce algorithm memoised (:meth:`_fixed`), the gradient calls timed."""
-        calls, fixed = self._fixed(strategy, mesh, kind)
+        depend on the all-reduce algorithm memoised (:meth:`_fixed`), the gradient calls timed;
+        ``info``: the mesh's device (the array path runs on one kind of device)."""
+        calls, fixed = self._fixed(strategy, mesh, kind, info)
         groups = dict(zip(_SYNC_AXES, kind[3], strict=True))
         algorithm = strategy.aggregation.algorithm
         timed: dict[tuple[Any, ...], float] = {}  # a stage's blocks make alike calls: time each once
         scatters = [self._timed(timed, c, groups, algorithm) for c in calls.grad_sync]
         last = scatters[-1] if scatters else 0.0
-        info = self.ctx.network.device(mesh.device({"pp": 0}))
         scatter_sm = self._stolen(timed, calls.grad_sync[:-1], groups, algorithm, info)
         return (fixed[0], fixed[1], last, sum(scatters), *fixed[2:], scatter_sm)
 
@@ -206,7 +213,7 @@ class SyncBuilder:
         )
 
     def _fixed(
-        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
+        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
     ) -> tuple[StageCalls, tuple[float, ...]]:
         """A stage type's calls, and its (gather first, gather sum, extra, optimizer, state
         bytes, buffer bytes, gradient calls, SM seconds of the first gather and of the others),
@@ -223,15 +230,7 @@ class SyncBuilder:
         units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
         data = mesh.dp * mesh.cp
         expert_ranks = data // mesh.ep
-        calls = stage_sync(
-            strategy,
-            units,
-            grad_bytes=spec.bytes_per_grad,
-            param_bytes=gathered_param_bytes(spec.bytes_per_param, strategy.dtype),
-            shard_group=mesh.sizes["dp_shard"],
-            data_ranks=data,
-            expert_ranks=expert_ranks,
-        )
+        calls = mesh_stage_sync(strategy, units, spec, mesh)
         timed: dict[tuple[Any, ...], float] = {}  # a stage's blocks make alike calls: time each once
         gathers = [self._timed(timed, c, groups, algorithm) for c in calls.param_gather]
         extra = 0.0
@@ -240,7 +239,6 @@ class SyncBuilder:
             call = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
             extra += self._seconds(call, groups["embedding"], algorithm)
         extra += sum(self._seconds(c, groups[c.axis], algorithm) for c in calls.param_sync)
-        info = self.ctx.network.device(mesh.device({"pp": 0}))
         owned = optimizer_params(strategy, units, data, expert_ranks, mesh.sizes["dp_shard"])
         optimizer = optimizer_seconds(strategy, spec, owned, info)
         view = _View(strategy, (calls.param_gather,), (calls.grad_sync,))

@@ -51,14 +51,13 @@ from parplan.plan.sharded.parts import (
     embedding_unit,
     fsdp_copy_seconds,
     head_unit,
+    mesh_stage_sync,
     optimizer_seconds,
     p2p_bytes,
 )
 from parplan.plan.sharded.sync import (
     UnitParams,
-    gathered_param_bytes,
     optimizer_params,
-    stage_sync,
 )
 
 if TYPE_CHECKING:
@@ -362,15 +361,7 @@ def _sync_fields(
     gathers, grads, params_after, optimizer = [], [], [], []
     for s, units in enumerate(stage_units):
         info = ctx.network.device(mesh.device({"pp": s}))
-        sync = stage_sync(
-            strategy,
-            units,
-            grad_bytes=spec.bytes_per_grad,
-            param_bytes=gathered_param_bytes(spec.bytes_per_param, strategy.dtype),
-            shard_group=mesh.sizes["dp_shard"],
-            data_ranks=data_ranks,
-            expert_ranks=expert_ranks,
-        )
+        sync = mesh_stage_sync(strategy, units, spec, mesh)
         gathers.append(sync.param_gather)
         grads.append(sync.grad_sync)
         params_after.append(sync.param_sync)

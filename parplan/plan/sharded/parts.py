@@ -17,11 +17,19 @@ from parplan.plan.compute import (
     memory_bandwidth_Bps,
     optimizer_bytes_moved_per_param,
 )
-from parplan.plan.sharded.sync import UnitParams, accumulation_bytes, fsdp_copy_bytes, gathered_param_bytes
+from parplan.plan.sharded.sync import (
+    StageSync,
+    UnitParams,
+    accumulation_bytes,
+    fsdp_copy_bytes,
+    gathered_param_bytes,
+    stage_sync,
+)
 
 if TYPE_CHECKING:
     from parplan.config.model import ModelSpec
     from parplan.model.transformer import TransformerShape
+    from parplan.plan.sharded.mesh import Mesh
     from parplan.topology.network import DeviceInfo
 
 
@@ -88,3 +96,20 @@ def optimizer_seconds(
     fused = strategy.fsdp == "none"
     per_param = optimizer_bytes_moved_per_param(spec) if fused else foreach_adamw_bytes_per_param(spec)
     return owned_params * per_param / memory_bandwidth_Bps(info)
+
+
+def mesh_stage_sync(
+    strategy: ShardedStrategy, units: Sequence[UnitParams], spec: ModelSpec, mesh: Mesh
+) -> StageSync:
+    """:func:`~parplan.plan.sharded.sync.stage_sync` of a stage holding ``units`` on ``mesh``: the
+    model's gradient and gathered parameter bytes, the mesh's data, expert and shard groups."""
+    data_ranks = mesh.dp * mesh.cp
+    return stage_sync(
+        strategy,
+        units,
+        grad_bytes=spec.bytes_per_grad,
+        param_bytes=gathered_param_bytes(spec.bytes_per_param, strategy.dtype),
+        shard_group=mesh.sizes["dp_shard"],
+        data_ranks=data_ranks,
+        expert_ranks=data_ranks // mesh.ep,
+    )
