@@ -2,7 +2,7 @@
 
 The closed forms (:mod:`parplan.engine.analytic`) price a *uniform* group: every message pays one
 ``alpha`` and moves its bytes at one ``beta``, and a rank's port is the busiest link. A real
-cluster is reduced to such a group by its bottleneck path (:func:`~parplan.api.collective.
+cluster is reduced to such a group by its bottleneck path (:func:`~parplan.api.uniform.
 uniform_parameters`). That is exact when the algorithm's messages all see that path and no link
 carries more than a port; on a hierarchical cluster neither holds: a ring on eight channels sends
 one eighth of its bytes through each of eight NICs, so the bottleneck path's 25 GB/s NIC stands for
@@ -42,7 +42,7 @@ from parplan.plan.collective import endpoint_devices
 from parplan.topology.network import Network
 
 if TYPE_CHECKING:
-    from parplan.api.collective import UniformParameters
+    from parplan.api.uniform import UniformParameters
 
 FloatArray = npt.NDArray[np.float64]
 

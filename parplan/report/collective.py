@@ -26,7 +26,8 @@ from parplan.report.layout import FitLog, FitNote, Fitted
 
 if TYPE_CHECKING:
     from parplan.api.analytic_fit import AnalyticCheck
-    from parplan.api.collective import CollectiveRow, CollectiveSweep, CollectiveTrace, UniformParameters
+    from parplan.api.collective import CollectiveRow, CollectiveSweep, CollectiveTrace
+    from parplan.api.uniform import UniformParameters
 
 
 def describe_parameters(params: UniformParameters) -> str:

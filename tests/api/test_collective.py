@@ -11,8 +11,8 @@ from parplan.api.collective import (
     expand_algorithms,
     run_collective,
     sweep_sizes,
-    uniform_parameters,
 )
+from parplan.api.uniform import uniform_parameters
 from parplan.collectives.registry import ALGORITHMS
 from parplan.collectives.specs import algorithm_label
 from parplan.errors import CollectiveError, ParplanError
