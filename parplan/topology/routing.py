@@ -41,8 +41,9 @@ routes inside each block, which holds for the tie-breaks as well, since every op
 same segment lengths. Inside a block, one- and two-hop routes are read off the adjacency and longer
 ones walk a next-hop table for the segment's end, computed once per (block, destination) by a
 breadth-first search (level-synchronous in numpy for wide blocks, plain Python for small or long
-thin ones) and kept in a bounded cache. Routing the 4,096 ring-neighbour pairs of a k=26 fat
-tree (4,394 hosts) takes about 0.15 s on one core, the 25 destination tables it needs included.
+thin ones; :mod:`parplan.topology.route_tables`) and kept in a bounded cache. Routing the 4,096
+ring-neighbour pairs of a k=26 fat tree (4,394 hosts) takes about 0.15 s on one core, the 25
+destination tables it needs included.
 Devices may be transit nodes (rings, tori, explicit graphs): the blocks and tables cover them like
 any node.
 
@@ -64,199 +65,23 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import numpy.typing as npt
 
 from parplan.errors import TopologyError
 from parplan.topology.graph import LinkGraph, as_link_graph, biconnected_blocks
+from parplan.topology.route_tables import NONE as _NONE
+from parplan.topology.route_tables import Block, Table, Widths
 
 if TYPE_CHECKING:
     import networkx as nx
 
-IntArray = npt.NDArray[np.int64]
 TieBreak = Literal["first", "spread"]
-Table = tuple[IntArray, IntArray]
-"""Next-hop candidates towards one destination, block-local: ``cand[ptr[u]:ptr[u + 1]]``."""
 
 _FS_PER_S = 1e15
-_NONE = -1
-_NUMPY_MIN_EDGES = 256  # smaller blocks search faster in plain Python
-_NUMPY_MIN_EDGES_PER_LEVEL = 48  # long thin blocks (rings) too
 
 
 def latency_fs(latency_s: float) -> int:
     """An edge latency as integer femtoseconds, the unit routes compare latencies in."""
     return round(float(latency_s) * _FS_PER_S)
-
-
-class _Block:
-    """One biconnected block: its nodes in insertion order and its directed edges at least
-    ``min_bandwidth_Bps`` wide, block-local."""
-
-    def __init__(
-        self,
-        nodes: list[int],
-        succ: list[dict[int, int]],
-        width: list[dict[int, float]] | None = None,
-        min_bandwidth_Bps: float = 0.0,
-    ) -> None:
-        self.nodes = np.array(sorted(nodes), dtype=np.int64)
-        self.local = {g: i for i, g in enumerate(self.nodes.tolist())}
-        src: list[int] = []
-        dst: list[int] = []
-        lat: list[int] = []
-        for g, i in self.local.items():
-            for h, w in succ[g].items():
-                j = self.local.get(h)
-                if j is not None and (width is None or width[g][h] >= min_bandwidth_Bps):
-                    src.append(i)
-                    dst.append(j)
-                    lat.append(w)
-        n = len(self.nodes)
-        self.num_edges = len(src)
-        # In-edges grouped by head, for the backward search from a destination.
-        order = np.argsort(np.array(dst, dtype=np.int64), kind="stable")
-        self.in_src = np.array(src, dtype=np.int64)[order]
-        self.in_dst = np.array(dst, dtype=np.int64)[order]
-        self.in_lat = np.array(lat, dtype=np.int64)[order]
-        self.in_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(self.in_dst, minlength=n), out=self.in_ptr[1:])
-        self.in_lists: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for a, b, w in zip(src, dst, lat, strict=True):
-            self.in_lists[b].append((a, w))
-        self.use_numpy = self.num_edges >= _NUMPY_MIN_EDGES
-
-    def table(self, t: int) -> Table:
-        """Optimal next hops towards block-local node ``t`` from every node of the block."""
-        if self.use_numpy:
-            table, levels = self._table_numpy(t)
-            if levels and self.num_edges / levels < _NUMPY_MIN_EDGES_PER_LEVEL:
-                self.use_numpy = False  # a long thin block: one level per numpy round trip is slow
-            return table
-        return self._table_python(t)
-
-    def _table_python(self, t: int) -> Table:
-        n = len(self.nodes)
-        hops = [_NONE] * n
-        lat = [0] * n
-        hops[t] = 0
-        frontier = [t]
-        level = 0
-        cu: list[int] = []
-        cv: list[int] = []
-        while frontier:
-            level += 1
-            best: dict[int, int] = {}
-            edges: list[tuple[int, int, int]] = []
-            for v in frontier:
-                lv = lat[v]
-                for u, w in self.in_lists[v]:
-                    if hops[u] == _NONE:
-                        via = w + lv
-                        edges.append((u, v, via))
-                        old = best.get(u)
-                        if old is None or via < old:
-                            best[u] = via
-            for u, via in best.items():
-                hops[u] = level
-                lat[u] = via
-            for u, v, via in edges:
-                if via == best[u]:
-                    cu.append(u)
-                    cv.append(v)
-            frontier = list(best)
-        return _csr(np.array(cu, dtype=np.int64), np.array(cv, dtype=np.int64), n)
-
-    def _table_numpy(self, t: int) -> tuple[Table, int]:
-        n = len(self.nodes)
-        hops = np.full(n, _NONE, dtype=np.int64)
-        lat = np.zeros(n, dtype=np.int64)
-        best = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-        stamp = np.full(n, _NONE, dtype=np.int64)
-        hops[t] = 0
-        frontier = np.array([t], dtype=np.int64)
-        level = 0
-        cu: list[IntArray] = []
-        cv: list[IntArray] = []
-        in_ptr, in_src, in_lat = self.in_ptr, self.in_src, self.in_lat
-        while frontier.size:
-            starts = in_ptr[frontier]
-            counts = in_ptr[frontier + 1] - starts
-            total = int(counts.sum())
-            if total == 0:
-                break
-            # Every edge into the frontier, gathered without a Python loop.
-            offsets = np.cumsum(counts) - counts
-            edge = np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
-            heads = np.repeat(frontier, counts)
-            u = in_src[edge]
-            fresh = hops[u] == _NONE
-            if not fresh.any():
-                break
-            u, heads = u[fresh], heads[fresh]
-            via = in_lat[edge[fresh]] + lat[heads]
-            np.minimum.at(best, u, via)
-            keep = via == best[u]
-            cu.append(u[keep])
-            cv.append(heads[keep])
-            # The distinct new nodes, without sorting: the last writer of each slot wins.
-            ids = np.arange(len(u), dtype=np.int64)
-            stamp[u] = ids
-            frontier = u[stamp[u] == ids]
-            level += 1
-            hops[frontier] = level
-            lat[frontier] = best[frontier]
-        if not cu:
-            return _csr(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), n), level
-        return _csr(np.concatenate(cu), np.concatenate(cv), n), level
-
-
-class _Widths:
-    """A block's distinct link bandwidths (widest first) and, for each, which component of the
-    block's links at least that wide every node lies in (links taken both ways: a cheap first
-    guess at a leg's width, which the directed tables confirm)."""
-
-    def __init__(self, nodes: list[int], width: list[dict[int, float]]) -> None:
-        members = set(nodes)
-        edges = [(w, g, h) for g in nodes for h, w in width[g].items() if h in members]
-        self.levels: list[float] = sorted({w for w, _, _ in edges}, reverse=True)
-        self.component: list[dict[int, int]] = []
-        parent = {g: g for g in nodes}
-
-        def root(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        edges.sort(key=lambda e: -e[0])
-        i = 0
-        for level in self.levels:  # Kruskal-like: add the links of each level, widest first
-            while i < len(edges) and edges[i][0] >= level:
-                _, g, h = edges[i]
-                parent[root(g)] = root(h)
-                i += 1
-            self.component.append({g: root(g) for g in nodes})
-
-    def first_level(self, s: int, t: int) -> int:
-        """The index of the widest level at which ``s`` and ``t`` are joined (undirected)."""
-        for k, comp in enumerate(self.component):
-            if comp[s] == comp[t]:
-                return k
-        return len(self.levels)
-
-    def level_of(self, bandwidth_Bps: float) -> int:
-        """The index of the narrowest level still at least ``bandwidth_Bps`` wide."""
-        k = 0
-        while k + 1 < len(self.levels) and self.levels[k + 1] >= bandwidth_Bps:
-            k += 1
-        return k
-
-
-def _csr(cu: IntArray, cv: IntArray, n: int) -> Table:
-    order = np.argsort(cu, kind="stable")
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(cu, minlength=n), out=ptr[1:])
-    return ptr, cv[order]
 
 
 class RoutingTables:
@@ -301,8 +126,8 @@ class RoutingTables:
         self._uniform = len({w for out in self._width for w in out.values()}) <= 1
         """One bandwidth on every link: widths never decide, and the plain tables serve."""
         self._init_blocks(undirected, n)
-        self._blocks: dict[tuple[int, int], _Block] = {}
-        self._widths: dict[int, _Widths] = {}
+        self._blocks: dict[tuple[int, int], Block] = {}
+        self._widths: dict[int, Widths] = {}
         self._cache: OrderedDict[tuple[int, int, int], Table] = OrderedDict()
         self._cache_entries = 0
         self._cache_limit = cache_entries
@@ -476,26 +301,26 @@ class RoutingTables:
             out.append(int(nodes[u]))
         return out
 
-    def _block(self, block_id: int, level: int = 0) -> _Block:
+    def _block(self, block_id: int, level: int = 0) -> Block:
         """The block's links at least as wide as its ``level``-th bandwidth (every link when the
         network is uniform)."""
         block = self._blocks.get((block_id, level))
         if block is None:
             if self._uniform:
-                block = _Block(self._block_nodes[block_id], self._succ)
+                block = Block(self._block_nodes[block_id], self._succ)
             else:
                 floor = self._block_widths(block_id).levels[level]
-                block = _Block(self._block_nodes[block_id], self._succ, self._width, floor)
+                block = Block(self._block_nodes[block_id], self._succ, self._width, floor)
             self._blocks[(block_id, level)] = block
         return block
 
-    def _block_widths(self, block_id: int) -> _Widths:
+    def _block_widths(self, block_id: int) -> Widths:
         widths = self._widths.get(block_id)
         if widths is None:
-            widths = self._widths[block_id] = _Widths(self._block_nodes[block_id], self._width)
+            widths = self._widths[block_id] = Widths(self._block_nodes[block_id], self._width)
         return widths
 
-    def _table(self, block_id: int, level: int, block: _Block, t: int) -> Table:
+    def _table(self, block_id: int, level: int, block: Block, t: int) -> Table:
         key = (block_id, level, t)
         hit = self._cache.get(key)
         if hit is not None:

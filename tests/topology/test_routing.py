@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from parplan.errors import TopologyError
-from parplan.topology import routing
+from parplan.topology import route_tables
 from parplan.topology.build import build_network
 from parplan.topology.network import Network, networkx_route, shortest_hop_route, spread_route
 from parplan.topology.routing import RoutingTables, TieBreak, latency_fs
@@ -88,10 +88,10 @@ def digraphs(draw: st.DrawFn) -> nx.DiGraph:
 def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run a test with the pure-Python or the numpy breadth-first search inside blocks."""
     if request.param == "numpy":
-        monkeypatch.setattr(routing, "_NUMPY_MIN_EDGES", 0)
-        monkeypatch.setattr(routing, "_NUMPY_MIN_EDGES_PER_LEVEL", 0)
+        monkeypatch.setattr(route_tables, "_NUMPY_MIN_EDGES", 0)
+        monkeypatch.setattr(route_tables, "_NUMPY_MIN_EDGES_PER_LEVEL", 0)
     else:
-        monkeypatch.setattr(routing, "_NUMPY_MIN_EDGES", 10**9)
+        monkeypatch.setattr(route_tables, "_NUMPY_MIN_EDGES", 10**9)
     yield request.param
 
 

@@ -1,0 +1,194 @@
+"""The next-hop tables that :mod:`parplan.topology.routing` walks inside one biconnected block.
+
+:class:`Block` holds one block's nodes and its directed edges at least a given width wide, and
+computes, per destination, the table of next hops on the fewest-hop paths (breadth-first, level-
+synchronous in numpy for wide blocks, plain Python for small or long thin ones); :class:`Widths`
+finds a leg's width from the connected components of the block's links at each of its distinct
+bandwidths. The rules these tables serve (widest, fewest hops, lowest latency, tie-break) are
+documented in :mod:`parplan.topology.routing`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+IntArray = npt.NDArray[np.int64]
+Table = tuple[IntArray, IntArray]
+"""Next-hop candidates towards one destination, block-local: ``cand[ptr[u]:ptr[u + 1]]``."""
+
+NONE = -1
+"""No node, no hop count yet."""
+_NUMPY_MIN_EDGES = 256  # smaller blocks search faster in plain Python
+_NUMPY_MIN_EDGES_PER_LEVEL = 48  # long thin blocks (rings) too
+
+
+class Block:
+    """One biconnected block: its nodes in insertion order and its directed edges at least
+    ``min_bandwidth_Bps`` wide, block-local."""
+
+    def __init__(
+        self,
+        nodes: list[int],
+        succ: list[dict[int, int]],
+        width: list[dict[int, float]] | None = None,
+        min_bandwidth_Bps: float = 0.0,
+    ) -> None:
+        self.nodes = np.array(sorted(nodes), dtype=np.int64)
+        self.local = {g: i for i, g in enumerate(self.nodes.tolist())}
+        src: list[int] = []
+        dst: list[int] = []
+        lat: list[int] = []
+        for g, i in self.local.items():
+            for h, w in succ[g].items():
+                j = self.local.get(h)
+                if j is not None and (width is None or width[g][h] >= min_bandwidth_Bps):
+                    src.append(i)
+                    dst.append(j)
+                    lat.append(w)
+        n = len(self.nodes)
+        self.num_edges = len(src)
+        # In-edges grouped by head, for the backward search from a destination.
+        order = np.argsort(np.array(dst, dtype=np.int64), kind="stable")
+        self.in_src = np.array(src, dtype=np.int64)[order]
+        self.in_dst = np.array(dst, dtype=np.int64)[order]
+        self.in_lat = np.array(lat, dtype=np.int64)[order]
+        self.in_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.in_dst, minlength=n), out=self.in_ptr[1:])
+        self.in_lists: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        for a, b, w in zip(src, dst, lat, strict=True):
+            self.in_lists[b].append((a, w))
+        self.use_numpy = self.num_edges >= _NUMPY_MIN_EDGES
+
+    def table(self, t: int) -> Table:
+        """Optimal next hops towards block-local node ``t`` from every node of the block."""
+        if self.use_numpy:
+            table, levels = self._table_numpy(t)
+            if levels and self.num_edges / levels < _NUMPY_MIN_EDGES_PER_LEVEL:
+                self.use_numpy = False  # a long thin block: one level per numpy round trip is slow
+            return table
+        return self._table_python(t)
+
+    def _table_python(self, t: int) -> Table:
+        n = len(self.nodes)
+        hops = [NONE] * n
+        lat = [0] * n
+        hops[t] = 0
+        frontier = [t]
+        level = 0
+        cu: list[int] = []
+        cv: list[int] = []
+        while frontier:
+            level += 1
+            best: dict[int, int] = {}
+            edges: list[tuple[int, int, int]] = []
+            for v in frontier:
+                lv = lat[v]
+                for u, w in self.in_lists[v]:
+                    if hops[u] == NONE:
+                        via = w + lv
+                        edges.append((u, v, via))
+                        old = best.get(u)
+                        if old is None or via < old:
+                            best[u] = via
+            for u, via in best.items():
+                hops[u] = level
+                lat[u] = via
+            for u, v, via in edges:
+                if via == best[u]:
+                    cu.append(u)
+                    cv.append(v)
+            frontier = list(best)
+        return csr(np.array(cu, dtype=np.int64), np.array(cv, dtype=np.int64), n)
+
+    def _table_numpy(self, t: int) -> tuple[Table, int]:
+        n = len(self.nodes)
+        hops = np.full(n, NONE, dtype=np.int64)
+        lat = np.zeros(n, dtype=np.int64)
+        best = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+        stamp = np.full(n, NONE, dtype=np.int64)
+        hops[t] = 0
+        frontier = np.array([t], dtype=np.int64)
+        level = 0
+        cu: list[IntArray] = []
+        cv: list[IntArray] = []
+        in_ptr, in_src, in_lat = self.in_ptr, self.in_src, self.in_lat
+        while frontier.size:
+            starts = in_ptr[frontier]
+            counts = in_ptr[frontier + 1] - starts
+            total = int(counts.sum())
+            if total == 0:
+                break
+            # Every edge into the frontier, gathered without a Python loop.
+            offsets = np.cumsum(counts) - counts
+            edge = np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+            heads = np.repeat(frontier, counts)
+            u = in_src[edge]
+            fresh = hops[u] == NONE
+            if not fresh.any():
+                break
+            u, heads = u[fresh], heads[fresh]
+            via = in_lat[edge[fresh]] + lat[heads]
+            np.minimum.at(best, u, via)
+            keep = via == best[u]
+            cu.append(u[keep])
+            cv.append(heads[keep])
+            # The distinct new nodes, without sorting: the last writer of each slot wins.
+            ids = np.arange(len(u), dtype=np.int64)
+            stamp[u] = ids
+            frontier = u[stamp[u] == ids]
+            level += 1
+            hops[frontier] = level
+            lat[frontier] = best[frontier]
+        if not cu:
+            return csr(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), n), level
+        return csr(np.concatenate(cu), np.concatenate(cv), n), level
+
+
+class Widths:
+    """A block's distinct link bandwidths (widest first) and, for each, which component of the
+    block's links at least that wide every node lies in (links taken both ways: a cheap first
+    guess at a leg's width, which the directed tables confirm)."""
+
+    def __init__(self, nodes: list[int], width: list[dict[int, float]]) -> None:
+        members = set(nodes)
+        edges = [(w, g, h) for g in nodes for h, w in width[g].items() if h in members]
+        self.levels: list[float] = sorted({w for w, _, _ in edges}, reverse=True)
+        self.component: list[dict[int, int]] = []
+        parent = {g: g for g in nodes}
+
+        def root(x: int) -> int:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        edges.sort(key=lambda e: -e[0])
+        i = 0
+        for level in self.levels:  # Kruskal-like: add the links of each level, widest first
+            while i < len(edges) and edges[i][0] >= level:
+                _, g, h = edges[i]
+                parent[root(g)] = root(h)
+                i += 1
+            self.component.append({g: root(g) for g in nodes})
+
+    def first_level(self, s: int, t: int) -> int:
+        """The index of the widest level at which ``s`` and ``t`` are joined (undirected)."""
+        for k, comp in enumerate(self.component):
+            if comp[s] == comp[t]:
+                return k
+        return len(self.levels)
+
+    def level_of(self, bandwidth_Bps: float) -> int:
+        """The index of the narrowest level still at least ``bandwidth_Bps`` wide."""
+        k = 0
+        while k + 1 < len(self.levels) and self.levels[k + 1] >= bandwidth_Bps:
+            k += 1
+        return k
+
+
+def csr(cu: IntArray, cv: IntArray, n: int) -> Table:
+    order = np.argsort(cu, kind="stable")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(cu, minlength=n), out=ptr[1:])
+    return ptr, cv[order]
