@@ -20,7 +20,9 @@ own ``ru_maxrss``, which Linux carries over from the forked launcher, so no figu
 this script's own ~14 MiB; ``/usr/bin/time -f %M`` gives a bare interpreter ~10.5 MiB). On a
 loaded machine quote the CPU figures: wall time there includes waiting for a core. Issue 15's
 targets: start-up <= 0.15 s for both commands; the engine-scale case <= ~40 MB before it
-simulates (its whole run <= 64 MiB at p = 1024).
+simulates (its whole run <= 64 MiB at p = 1024). The last row imports only the core libraries a
+one-size ``collective`` cannot do without (numpy, pydantic with its first model, rich's tables,
+typer, PyYAML): the floor under that command, whatever parplan does.
 """
 
 from __future__ import annotations
@@ -48,12 +50,23 @@ generator = {"kind": "switch", "hosts": 1024, "device": device, "link": link}
 build_network(ClusterSpec.model_validate({"name": "switch-1024", "generator": generator}))
 """
 """What ``engine_scale.py --case switch 1024 ideal`` imports and builds before it simulates."""
+LIBRARY_FLOOR = """
+import os
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy, pydantic, rich.console, rich.table, typer, yaml
+class Spec(pydantic.BaseModel):
+    x: int
+"""
+"""The core libraries a one-size ``parplan collective`` needs (arrays, validated specs, tables, the
+command line, YAML) and pydantic's first model, with OpenBLAS on one thread as the CLI sets it: the
+floor under that command before parplan imports or does anything of its own."""
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": ["-c", "pass"],
     "import parplan.cli.app": ["-c", "import parplan.cli.app"],
     "parplan collective --help": ["-m", "parplan", "collective", "--help"],
     "parplan collective -s 1MiB (4 hosts)": ["-m", "parplan", "collective", "-c", str(CLUSTER), "-s", "1MiB"],
     "engine-scale case, before simulating": ["-c", ENGINE_SCALE_IMPORTS],
+    "libraries a one-size run needs": ["-c", LIBRARY_FLOOR],
 }
 
 
