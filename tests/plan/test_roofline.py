@@ -219,7 +219,9 @@ def test_a_gemms_backward_is_its_two_gemms_each_at_its_own_shape() -> None:
     g = Op("k", "gemm", 2.0 * 8192 * 1024 * 4096, 0.0, (8192, 1024, 4096), 2.0, 2.0)
     dgrad, wgrad = backward_gemm_shapes((8192, 1024, 4096))
     assert dgrad == (8192, 4096, 1024) and wgrad == (4096, 1024, 8192)
-    expected = sum(g.flops / (312e12 * matmul_efficiency(d, *mnk)) + KERNEL_LAUNCH_S for mnk in (dgrad, wgrad))
+    expected = sum(
+        g.flops / (312e12 * matmul_efficiency(d, *mnk)) + KERNEL_LAUNCH_S for mnk in (dgrad, wgrad)
+    )
     assert op_seconds(d, g, "bf16", backward=True) == pytest.approx(expected)
     assert matmul_efficiency(d, *wgrad) < matmul_efficiency(d, *dgrad) * 0.7  # 128 tiles in 2 waves
 
@@ -227,7 +229,7 @@ def test_a_gemms_backward_is_its_two_gemms_each_at_its_own_shape() -> None:
 def test_fused_attentions_backward_runs_below_its_forward_rate() -> None:
     from parplan.plan.compute import ATTENTION_BACKWARD_RATE
 
-    assert ATTENTION_BACKWARD_RATE == pytest.approx(63 / 73)  # FlashAttention-2 on A100, section 4.1
+    assert pytest.approx(63 / 73) == ATTENTION_BACKWARD_RATE  # FlashAttention-2 on A100, section 4.1
     for kernel, d in ((None, device(type="A100-80GB")), ("flash2", device(type="H100-SXM"))):
         attn = Op("a", "attention", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.5, 2.0, kernel=kernel)
         forward = op_seconds(d, attn, "bf16") - KERNEL_LAUNCH_S
