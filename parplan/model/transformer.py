@@ -68,10 +68,21 @@ byte; the per-row statistics, ``T`` elements, are left out), forward / backward 
 - GeLU (``nn.GELU``, the bias folded into the GEMM by ``addmm``): one kernel, ``2e`` / ``3e``.
 - Residual: the add ``x + branch`` (3e); backward the two gradients meeting at ``x`` are summed
   (3e). With dropout, ``native_dropout`` first (``2e + m`` both ways).
+- Gradients of a tensor several eager GEMMs read (the attention norm's output feeds ``wq``, ``wk``
+  and ``wv``; the MLP norm's, SwiGLU's ``w1`` and ``w3``): autograd sums their input gradients
+  pairwise before the norm's backward (``InputBuffer::accumulate``), one add (3e) per extra reader,
+  charged to that norm's backward (an aten trace of the block's backward shows two ``add`` after
+  the ``wq``/``wk``/``wv`` GEMMs and one after ``w1``/``w3``).
 - Cross-entropy (torchtitan's ``cross_entropy(pred.float(), labels)``, HF's ``logits.float()``), per
   logit: the cast (e+f) and ``log_softmax`` (2f), ``nll_loss`` reads one entry a row: ``e + 3f``;
   backward ``nll_loss``'s zero-filled gradient (f), ``log_softmax_backward`` (3f), the cast (f+e):
-  ``e + 5f``.
+  ``e + 5f``. A row longer than one block's shared memory (48 KiB, ``sharedMemPerBlock``: 12,288
+  fp32 logits; Llama 3's 128,256 are 501 KiB) is not held on chip: ATen's ``cunn_SoftMaxForward``
+  (``aten/src/ATen/native/cuda/SoftMax.cu``, chosen when ``cunn_SoftMaxForwardSmem`` cannot hold the
+  row) reads it three times (the max, the sum of exponentials, then the output pass) and
+  ``cunn_SoftMaxBackward`` twice (the gradient's sum, then the input-gradient pass): ``e + 5f``
+  forward, ``e + 6f`` backward (:data:`SOFTMAX_SMEM_BYTES`; the L2 cache, which may hold short
+  rows' re-reads, is not modelled).
 - Embedding: the lookup as fused; backward ``embedding_dense_backward`` zero-fills the whole
   ``V / tp x h`` table gradient before adding the rows.
 
@@ -122,6 +133,10 @@ BACKWARD_BYTES: dict[str, float] = {
     "loss": 1.0,  # writes the logits' gradient
 }
 """Backward bytes per forward byte of each kind of kernel."""
+
+SOFTMAX_SMEM_BYTES = 48 * 1024
+"""Shared memory of one CUDA thread block by default (``sharedMemPerBlock``): an fp32 softmax row
+that does not fit is streamed from memory once per pass of ATen's multi-pass kernel."""
 
 MASK_BYTES = 1.0
 """Bytes of one dropout-mask element (Korthikanti et al. keep masks as bytes)."""
@@ -372,14 +387,21 @@ def eager_bytes_per_element(piece: str, e: float, mask: float = MASK_BYTES) -> t
     return table[piece]
 
 
-def _norm(shape: TransformerShape, name: str, tokens: float, kernels: Kernels = "fused") -> Op:
-    """LayerNorm (mean, variance, scale, shift: ~5 FLOPs an element) or RMSNorm (~4)."""
+def _norm(
+    shape: TransformerShape, name: str, tokens: float, kernels: Kernels = "fused", consumers: int = 1
+) -> Op:
+    """LayerNorm (mean, variance, scale, shift: ~5 FLOPs an element) or RMSNorm (~4).
+
+    ``consumers``: the eager GEMMs reading the norm's output (three for ``wq``/``wk``/``wv``, two
+    for SwiGLU's ``w1``/``w3``); autograd sums their input gradients before the norm's backward
+    (module docstring), which this op's backward carries.
+    """
     elements = tokens * shape.hidden
     per = 5.0 if shape.norm == "layernorm" else 4.0
     if kernels == "eager":
-        return _eager_op(
-            name, "norm", elements, per, *eager_bytes_per_element(shape.norm, shape.bytes_per_element)
-        )
+        fwd, bwd = eager_bytes_per_element(shape.norm, shape.bytes_per_element)
+        bwd += (consumers - 1) * eager_bytes_per_element("residual", shape.bytes_per_element)[1]
+        return _eager_op(name, "norm", elements, per, fwd, bwd)
     return _memory_op(name, "norm", elements, per, 2.0 * elements * shape.bytes_per_element)
 
 
@@ -564,7 +586,8 @@ def block_ops(
     seq_tokens = tokens / tp if sp else tokens  # norms, dropout and residuals under SP
     heads = shape.heads / tp
     kv = _kv_heads_local(shape, tp)
-    ops: list[Op] = [_norm(shape, "attn_norm", seq_tokens, kernels)]
+    eager = kernels == "eager"
+    ops: list[Op] = [_norm(shape, "attn_norm", seq_tokens, kernels, consumers=3 if eager else 1)]
     if kernels == "eager":  # torchtitan's wq, wk, wv and Hugging Face's q/k/v_proj: three GEMMs
         hd = shape.head_dim
         ops += [_gemm(n, tokens, w * hd, h, e) for n, w in (("q", heads), ("k", kv), ("v", kv))]
@@ -583,7 +606,8 @@ def block_ops(
     )
     ops.append(_gemm("proj", tokens, h, heads * shape.head_dim, e))
     ops.append(_residual(shape, "attn_residual", seq_tokens, kernels))
-    ops.append(_norm(shape, "mlp_norm", seq_tokens, kernels))
+    split_up = eager and shape.activation == "swiglu" and not shape.is_moe(layer)  # w1 and w3
+    ops.append(_norm(shape, "mlp_norm", seq_tokens, kernels, consumers=2 if split_up else 1))
     if shape.is_moe(layer):
         ops.extend(
             _moe_mlp(shape, tokens, tp=tp, sp=sp, ep=ep, capacity_factor=capacity_factor, kernels=kernels)
@@ -654,7 +678,10 @@ def head_ops(
     vocab = shape.vocabulary / tp
     logits = tokens * vocab
     if kernels == "eager":
-        loss = _eager_op("loss", "loss", logits, 5.0, *eager_bytes_per_element("cross_entropy", e))
+        fwd, bwd = eager_bytes_per_element("cross_entropy", e)
+        if vocab * FP32_BYTES > SOFTMAX_SMEM_BYTES:  # the row is read once per pass
+            fwd, bwd = fwd + 2.0 * FP32_BYTES, bwd + FP32_BYTES
+        loss = _eager_op("loss", "loss", logits, 5.0, fwd, bwd)
     else:
         loss = _memory_op("loss", "loss", logits, 5.0, logits * (e + 8.0))
     return (

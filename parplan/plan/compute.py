@@ -25,9 +25,11 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   dtype's tensor peak (fused attention at :data:`ATTENTION_EFFICIENCY` of a GEMM's rate);
   memory-bound kernels (norms, activations, losses) at the fp32 vector peak.
   The GEMM efficiency is ``max x F / (F + half)`` for ``F = 2mnk`` (small GEMMs cannot fill the
-  device), times the wave quantisation of 128 x 128 output tiles over the SMs once a GEMM has more
-  tiles than SMs (the last wave runs partly empty). This path is separate from the whole-model
-  ``efficiency`` above, which stays as it is for every other plan.
+  device), times the wave quantisation of 256 x 128 output tiles (:data:`GEMM_TILE_M`) over the
+  SMs once a GEMM has more tiles than SMs (the last wave runs partly empty). A GEMM's backward is
+  two GEMMs, each at its own shape (:func:`backward_gemm_shapes`); a fused attention's backward
+  runs at :data:`ATTENTION_BACKWARD_RATE` of its forward's rate. This path is separate from the
+  whole-model ``efficiency`` above, which stays as it is for every other plan.
 - **Power cap** (:func:`tensor_clock_scale`): a device run under a ``power_limit_watts`` below its
   datasheet ``tdp_watts`` runs its tensor-core kernels (GEMMs, attention) at
   ``(limit / tdp) ** (1/3)`` of their rate; memory-bound kernels keep theirs.
@@ -106,8 +108,21 @@ paper's section 2), where cuBLAS uses Hopper's ``wgmma``. PyTorch's ``scaled_dot
 runs FlashAttention-2 as its flash backend (PyTorch 2.2 release notes). On Ampere FlashAttention-2
 reaches 50-73% of peak (Dao 2023, abstract), about the default's 0.85 x 0.8 = 68%."""
 
-GEMM_TILE = 128
-"""Output tile edge used for wave quantisation."""
+ATTENTION_BACKWARD_RATE = 63.0 / 73.0
+"""A fused attention kernel's backward FLOP rate over its forward's. FlashAttention-2 reaches "up to
+73% of the theoretical max throughput in the forward pass, and up to 63% ... in the backward pass"
+on A100 (Dao 2023, FlashAttention-2, section 4.1): its backward recomputes the scores, adds into
+the query gradient across key blocks, and has more non-matmul work between its five matmuls. The
+rates above (:data:`ATTENTION_EFFICIENCY`, :data:`FLASH2_PEAK_SHARE`) are forward rates; FLOPs
+count the backward's as ``backward_flops_factor`` x forward (2.5), as that paper does."""
+
+GEMM_TILE_M, GEMM_TILE_N = 256, 128
+"""Output tile (rows x columns) of the large 16-bit GEMM kernels, one resident per SM, used for wave
+quantisation. NVIDIA's *Matrix Multiplication Background User's Guide* ("Wave quantization") takes
+256 x 128 thread-block tiles, one per SM, as its A100 example: "108 SMs ... leading to a wave size
+of 108 tiles that can execute simultaneously"; cuBLAS's large bf16 kernels on Ampere
+(``ampere_bf16_s16816gemm_bf16_256x128_...``) and Hopper (``sm90_xmma_gemm_..._tilesize128x256x64_
+...``) are of that size."""
 
 BACKWARD_TO_FORWARD = 2.0
 """Backward FLOPs per forward FLOP (activation gradients plus weight gradients)."""
@@ -249,7 +264,7 @@ def matmul_efficiency(device: DeviceInfo, m: int, n: int, k: int) -> float:
     size = 2.0 * m * n * k
     efficiency = top * size / (size + half)
     if device.sm_count:
-        tiles = math.ceil(m / GEMM_TILE) * math.ceil(n / GEMM_TILE)
+        tiles = math.ceil(m / GEMM_TILE_M) * math.ceil(n / GEMM_TILE_N)
         if tiles > device.sm_count:
             waves = math.ceil(tiles / device.sm_count)
             efficiency *= tiles / (waves * device.sm_count)
@@ -312,30 +327,57 @@ def _peak(device: DeviceInfo, dtype: str) -> float:
     return peak
 
 
+def _tensor_rate(device: DeviceInfo, op: Op, dtype: str, mnk: tuple[int, int, int] | None) -> float:
+    """FLOP/s of a GEMM or attention kernel: the dtype's peak at the (capped) clock, times the
+    efficiency of the ``mnk`` GEMM, FlashAttention-2's measured share, or the attention default."""
+    rate = _peak(device, dtype) * tensor_clock_scale(device)
+    flash2 = FLASH2_PEAK_SHARE.get(device.arch or "") if op.kernel == "flash2" else None
+    if op.kind == "attention" and flash2 is not None:
+        return rate * flash2
+    if mnk is not None:
+        rate *= matmul_efficiency(device, *mnk)
+    else:
+        rate *= device.matmul_max_efficiency or DEFAULT_MATMUL_MAX_EFFICIENCY
+    return rate * ATTENTION_EFFICIENCY if op.kind == "attention" else rate
+
+
+def backward_gemm_shapes(mnk: tuple[int, int, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """The two GEMMs of a ``[m, k] x [k, n]`` GEMM's backward, as ``(m, n, k)`` of their outputs and
+    reduction: the input gradient ``dY [m, n] x W^T [n, k]`` is ``(m, k, n)``, the weight gradient
+    ``X^T [k, m] x dY [m, n]`` is ``(k, n, m)`` (a long reduction over the tokens).
+
+    >>> backward_gemm_shapes((8192, 1024, 4096))
+    ((8192, 4096, 1024), (4096, 1024, 8192))
+    """
+    m, n, k = mnk
+    return (m, k, n), (k, n, m)
+
+
 def op_seconds(device: DeviceInfo, op: Op, dtype: str, *, backward: bool = False) -> float:
     """Seconds of one kernel on ``device`` at ``dtype`` (its backward with ``backward``): the roofline
-    of the module docstring, plus :data:`KERNEL_LAUNCH_S` (twice for a GEMM's backward: two GEMMs).
-    No straggler jitter: the plan applies it."""
+    of the module docstring, plus :data:`KERNEL_LAUNCH_S` (twice for a GEMM's backward: two GEMMs,
+    each timed at its own shape, :func:`backward_gemm_shapes`; a fused attention's backward at
+    :data:`ATTENTION_BACKWARD_RATE` of its forward's rate). No straggler jitter: the plan applies it."""
     flops = op.flops * (op.backward_flops_factor if backward else 1.0)
     moved = op.bytes_moved * (op.backward_bytes_factor if backward else 1.0)
     if flops <= 0.0 and moved <= 0.0:
         return 0.0
     speed = device.speed_factor
+    bandwidth_Bps = memory_bandwidth_Bps(device) * MEMORY_EFFICIENCY
+    if backward and op.kind == "gemm" and op.gemm_mnk is not None:
+        return sum(
+            max(flops / 2.0 / (_tensor_rate(device, op, dtype, mnk) * speed), moved / 2.0 / bandwidth_Bps)
+            + KERNEL_LAUNCH_S
+            for mnk in backward_gemm_shapes(op.gemm_mnk)
+        )
     if op.kind in ("gemm", "attention"):
-        rate = _peak(device, dtype) * tensor_clock_scale(device)
-        flash2 = FLASH2_PEAK_SHARE.get(device.arch or "") if op.kernel == "flash2" else None
-        if op.kind == "attention" and flash2 is not None:
-            rate *= flash2
-        elif op.gemm_mnk is not None:
-            rate *= matmul_efficiency(device, *op.gemm_mnk)
-        else:
-            rate *= device.matmul_max_efficiency or DEFAULT_MATMUL_MAX_EFFICIENCY
-        if op.kind == "attention" and flash2 is None:
-            rate *= ATTENTION_EFFICIENCY
+        rate = _tensor_rate(device, op, dtype, op.gemm_mnk)
+        if backward and op.kind == "attention":
+            rate *= ATTENTION_BACKWARD_RATE
     else:
         rate = device.peak_for("fp32") or device.peak_flop_per_s
     compute_s = flops / (rate * speed) if flops > 0.0 else 0.0
-    memory_s = moved / (memory_bandwidth_Bps(device) * MEMORY_EFFICIENCY) if moved > 0.0 else 0.0
+    memory_s = moved / bandwidth_Bps if moved > 0.0 else 0.0
     launches = 2 if backward and op.kind == "gemm" else 1
     return max(compute_s, memory_s) + launches * KERNEL_LAUNCH_S
 

@@ -319,13 +319,19 @@ def test_eager_bytes_exceed_fused_by_the_counted_ratio() -> None:
     kw: dict[str, Any] = {"microbatch": 2, "tp": 1, "sp": False, "cp": 1, "flash_attention": True}
     fused, eager = by_name(block_ops(shape, **kw)), by_name(block_ops(shape, **kw, kernels="eager"))
     tokens, h, e, f = 2 * 512, 1024, 2.0, 4.0
-    # RMSNorm: 2e fused against 4e + 7f eager forward (36 bytes), 8e + 19f backward (92 bytes)
+    # RMSNorm: 2e fused against 4e + 7f eager forward (36 bytes), 8e + 19f backward (92 bytes), plus
+    # autograd's sums of the input gradients of the GEMMs reading the output: wq, wk, wv (two adds)
+    # after the attention norm, w1, w3 (one add) after the MLP norm, 3e each
     assert fused["attn_norm"].bytes_moved == tokens * h * 2 * e
     assert eager["attn_norm"].bytes_moved == tokens * h * 36.0
     assert eager["attn_norm"].bytes_moved / fused["attn_norm"].bytes_moved == pytest.approx(9.0)
     assert eager["attn_norm"].bytes_moved * eager["attn_norm"].backward_bytes_factor == pytest.approx(
-        tokens * h * 92.0
+        tokens * h * (92.0 + 2 * 3 * e)
     )
+    assert eager["mlp_norm"].bytes_moved * eager["mlp_norm"].backward_bytes_factor == pytest.approx(
+        tokens * h * (92.0 + 3 * e)
+    )
+    assert fused["attn_norm"].backward_bytes_factor == fused["mlp_norm"].backward_bytes_factor == 1.5
     # RoPE over Q and K: 2e fused, 2e + 4f eager (fp32 complex multiply), both ways
     rotated = tokens * (16 + 4) * 64
     assert eager["rope"].bytes_moved == rotated * (2 * e + 4 * f) == 5.0 * fused["rope"].bytes_moved
@@ -350,8 +356,13 @@ def test_eager_loss_norm_and_embedding_gradient() -> None:
     e_norm, _, e_loss = head_ops(shape, microbatch=1, tp=2, cp=1, kernels="eager")
     logits = 512 * 32000 / 2
     assert f_loss.bytes_moved == logits * 10.0  # e + 8
-    assert e_loss.bytes_moved == logits * 14.0  # cast (e + f) + log_softmax (2f)
-    assert e_loss.bytes_moved * e_loss.backward_bytes_factor == pytest.approx(logits * 22.0)  # e + 5f
+    # 16,000 fp32 logits a row do not fit 48 KiB of shared memory: log_softmax reads the row three
+    # times (max, sum of exponentials, output), its backward twice (the gradient's sum, the output)
+    assert e_loss.bytes_moved == logits * 22.0  # cast (e + f) + log_softmax (4f)
+    assert e_loss.bytes_moved * e_loss.backward_bytes_factor == pytest.approx(logits * 26.0)  # e + 6f
+    *_, short = head_ops(shape, microbatch=1, tp=4, cp=1, kernels="eager")  # 8,000 a row: on chip
+    assert short.bytes_moved == logits / 2 * 14.0  # cast (e + f) + log_softmax (2f)
+    assert short.bytes_moved * short.backward_bytes_factor == pytest.approx(logits / 2 * 22.0)  # e + 5f
     assert e_norm.bytes_moved == 512 * 1024 * 36.0
     (f_emb,) = embedding_ops(shape, microbatch=1, tp=2, cp=1)
     (e_emb,) = embedding_ops(shape, microbatch=1, tp=2, cp=1, kernels="eager")
@@ -367,7 +378,9 @@ def test_eager_layernorm_gelu_dropout_and_unfused_softmax() -> None:
     # native LayerNorm and GELU are single kernels eager too: the same forward bytes
     assert eager["attn_norm"].bytes_moved == fused["attn_norm"].bytes_moved
     assert eager["mlp_activation"].bytes_moved == fused["mlp_activation"].bytes_moved
-    assert eager["attn_norm"].backward_bytes_factor == 2.5
+    # LayerNorm's backward (5e), then the two sums of the q, k and v GEMMs' input gradients (3e each)
+    assert eager["attn_norm"].backward_bytes_factor == (5 + 2 * 3) / 2
+    assert eager["mlp_norm"].backward_bytes_factor == 2.5  # one GELU up GEMM reads it
     # residual with dropout: native_dropout (2e + mask) then the add (3e)
     assert eager["attn_residual"].bytes_moved == 2048 * 2048 * (5 * 2.0 + 1.0)
     # no grouping, no repeat_kv; the softmax chain: scale, mask add, fp32 softmax, cast, dropout

@@ -103,8 +103,8 @@ def replace_sm(d: DeviceInfo) -> DeviceInfo:
 
 def test_wave_quantisation_penalises_a_partial_last_wave() -> None:
     d = device(type="H100-SXM")  # 132 SMs
-    full = matmul_efficiency(d, 128 * 132, 128, 8192)  # exactly one wave
-    spill = matmul_efficiency(d, 128 * 133, 128, 8192)  # one tile into a second wave
+    full = matmul_efficiency(d, 256 * 132, 128, 8192)  # exactly one wave of 256 x 128 tiles
+    spill = matmul_efficiency(d, 256 * 133, 128, 8192)  # one tile into a second wave
     assert spill < full * 0.6
 
 
@@ -208,3 +208,30 @@ def test_explicit_devices_take_a_type_and_the_schema_agrees() -> None:
     validator = jsonschema.Draft202012Validator(json_schema("cluster"))
     assert list(validator.iter_errors(data)) == []
     assert list(validator.iter_errors({"devices": [{"name": "g0", "memory": "1 GiB"}]}))
+
+
+def test_a_gemms_backward_is_its_two_gemms_each_at_its_own_shape() -> None:
+    from parplan.plan.compute import backward_gemm_shapes
+
+    d = device(type="A100-80GB")  # 108 SMs
+    # forward [8192, 4096] x [4096, 1024]: 32 x 8 = 256 tiles; the weight gradient [4096, 8192] x
+    # [8192, 1024] has 16 x 8 = 128 tiles: one full wave and a second of 20 tiles
+    g = Op("k", "gemm", 2.0 * 8192 * 1024 * 4096, 0.0, (8192, 1024, 4096), 2.0, 2.0)
+    dgrad, wgrad = backward_gemm_shapes((8192, 1024, 4096))
+    assert dgrad == (8192, 4096, 1024) and wgrad == (4096, 1024, 8192)
+    expected = sum(
+        g.flops / (312e12 * matmul_efficiency(d, *mnk)) + KERNEL_LAUNCH_S for mnk in (dgrad, wgrad)
+    )
+    assert op_seconds(d, g, "bf16", backward=True) == pytest.approx(expected)
+    assert matmul_efficiency(d, *wgrad) < matmul_efficiency(d, *dgrad) * 0.7  # 128 tiles in 2 waves
+
+
+def test_fused_attentions_backward_runs_below_its_forward_rate() -> None:
+    from parplan.plan.compute import ATTENTION_BACKWARD_RATE
+
+    assert pytest.approx(63 / 73) == ATTENTION_BACKWARD_RATE  # FlashAttention-2 on A100, section 4.1
+    for kernel, d in ((None, device(type="A100-80GB")), ("flash2", device(type="H100-SXM"))):
+        attn = Op("a", "attention", 2.0 * 8192**3, 0.0, (8192, 8192, 8192), 2.5, 2.0, kernel=kernel)
+        forward = op_seconds(d, attn, "bf16") - KERNEL_LAUNCH_S
+        backward = op_seconds(d, attn, "bf16", backward=True) - KERNEL_LAUNCH_S
+        assert backward == pytest.approx(2.5 * forward / ATTENTION_BACKWARD_RATE)

@@ -1,9 +1,9 @@
 """What one transformer block, the embedding and the head put into a sharded plan's model chunk
 besides compute: the parameters one device holds for each (after TP/EP splits), the activation
 bytes sent between chunks, the seconds of FSDP2's copies and of DeepSpeed's gradient
-accumulation; and the seconds of a stage's optimizer step. :func:`~parplan.plan.sharded.costs.
-layout_plan` sums them chunk by chunk; a search sums them as arrays over many plans at once
-(:mod:`parplan.api.search.chunks`), so both read these functions.
+accumulation; and the seconds of a stage's optimizer step (with its gradient clipping).
+:func:`~parplan.plan.sharded.costs.layout_plan` sums them chunk by chunk; a search sums them as
+arrays over many plans at once (:mod:`parplan.api.search.chunks`), so both read these functions.
 """
 
 from __future__ import annotations
@@ -87,14 +87,27 @@ def accumulation_seconds(strategy: ShardedStrategy, params: float, info: DeviceI
     return accumulation_bytes(strategy, 1.0) * params / (memory_bandwidth_Bps(info) * MEMORY_EFFICIENCY)
 
 
+def clip_bytes_per_param(strategy: ShardedStrategy, spec: ModelSpec) -> float:
+    """Memory traffic per owned parameter of clipping the gradients by their total norm before the
+    update, ``g`` bytes a gradient. Under FSDP PyTorch's ``clip_grad_norm_`` (torchtitan clips every
+    step, ``max_norm`` 1.0, ``foreach``): ``_foreach_norm`` reads every gradient and
+    ``clip_grads_with_norm_`` scales them all by the clamped coefficient (``_foreach_mul_``, read and
+    write): ``3g``. Megatron's ``clip_grad_norm_fp32`` (``multi_tensor_l2norm``, ``--clip-grad`` 1.0
+    by default) and DeepSpeed's ``clip_tensors_by_global_norm`` read the gradients for the norm and
+    scale them only when it exceeds the limit: ``g``."""
+    return (3.0 if strategy.fsdp != "none" else 1.0) * spec.bytes_per_grad
+
+
 def optimizer_seconds(
     strategy: ShardedStrategy, spec: ModelSpec, owned_params: float, info: DeviceInfo
 ) -> float:
     """Seconds of the optimizer step over the ``owned_params`` a device updates: a fused Adam
     kernel under Megatron and ZeRO, PyTorch's foreach AdamW under FSDP (torch.optim's default on
-    CUDA, what FSDP runs), memory bound."""
+    CUDA, what FSDP runs), memory bound; after the gradient clipping that precedes it
+    (:func:`clip_bytes_per_param`)."""
     fused = strategy.fsdp == "none"
     per_param = optimizer_bytes_moved_per_param(spec) if fused else foreach_adamw_bytes_per_param(spec)
+    per_param += clip_bytes_per_param(strategy, spec)
     return owned_params * per_param / memory_bandwidth_Bps(info)
 
 

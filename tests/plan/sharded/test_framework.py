@@ -60,9 +60,10 @@ def test_fsdp_steps_pytorchs_foreach_adamw_and_zero_a_fused_adam() -> None:
     ctx = context(gpt(layers=4), batch=16)
     rate = memory_bandwidth_Bps(ctx.network.device(ctx.network.devices[0]))
     spec = ctx.model_spec
+    g = spec.bytes_per_grad  # clipping: torch's norm, then its scale of every gradient; Megatron's norm
     for plan, per_param in (
-        (sharded(dp=16, fsdp="full_shard"), foreach_adamw_bytes_per_param(spec)),
-        (sharded(dp=16, zero=3), optimizer_bytes_moved_per_param(spec)),
+        (sharded(dp=16, fsdp="full_shard"), foreach_adamw_bytes_per_param(spec) + 3 * g),
+        (sharded(dp=16, zero=3), optimizer_bytes_moved_per_param(spec) + g),
     ):
         layout = layout_plan(ctx, plan)
         owned = optimizer_params(plan, layout.units[0], 16, 16, 16)
