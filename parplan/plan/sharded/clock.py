@@ -17,6 +17,7 @@ beta (``(p - 1) / p n beta`` on one level); a send/recv ``latency + n / bandwidt
 from __future__ import annotations
 
 import weakref
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -78,21 +79,21 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
         for name, attrs in graph.nodes(data=True):
             where = owner(name)
             if where is not None:
-                kept = sorted((k, repr(v)) for k, v in attrs.items() if k != "group")
+                kept = repr(sorted(item for item in attrs.items() if item[0] != "group"))
                 signatures[where[0]].append(("element", where[1], kept))
         for u, v, attrs in graph.edges(data=True):
             a, b = owner(u), owner(v)
             if a is not None and b is not None and a[0] != b[0]:
                 ok = False  # nodes linked directly: not every permutation keeps the links
                 break
-            kept = sorted((k, repr(x)) for k, x in attrs.items() if k not in _EDGE_NAMES)
+            kept = repr(sorted(item for item in attrs.items() if item[0] not in _EDGE_NAMES))
             if a is not None:
                 signatures[a[0]].append(("link", a[1], b[1] if b is not None else ("", str(v)), kept))
             elif b is not None:
                 signatures[b[0]].append(("link", ("", str(u)), b[1], kept))
-        if ok:
-            first = sorted(signatures[0], key=repr)
-            ok = all(sorted(sig, key=repr) == first for sig in signatures[1:])
+        if ok:  # the same elements and links (as multisets) on every node
+            first = Counter(signatures[0])
+            ok = all(len(sig) == len(signatures[0]) and Counter(sig) == first for sig in signatures[1:])
         if ok:
             devices = {d: owner(d) for d in network.devices}
             if all(w is not None for w in devices.values()):
