@@ -33,6 +33,7 @@ from parplan.plan.sharded.parts import (
 from parplan.plan.sharded.sync import (
     CallRun,
     UnitParams,
+    UnitRun,
     fully_sharded,
     optimizer_params,
     state_sharded,
@@ -74,6 +75,17 @@ class _View:
     grad_sync: tuple[tuple[CommCall, ...], ...]
 
 
+@dataclass(frozen=True)
+class _Staged:
+    """What a structure's sync keys on one mesh share (:meth:`SyncBuilder._staged`)."""
+
+    index: np.ndarray  # [pp]: each stage's type
+    kinds: list[tuple[Any, ...]]  # (first, last, chunk blocks, group numbers)
+    info: DeviceInfo
+    tied: tuple[float, ...]  # each type's tied-embedding all-reduce seconds (0 without)
+    dims: tuple[Any, ...]  # what the memo keys take of the mesh
+
+
 class SyncBuilder:
     """Builds :class:`Sync` for one structure's sync keys (module docstring)."""
 
@@ -82,6 +94,8 @@ class SyncBuilder:
         self._times: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._params: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._statics: dict[tuple[Any, ...], tuple[int, float, float, float, float]] = {}
+        self._unit_memo: dict[tuple[Any, ...], tuple[list[UnitRun], tuple[UnitParams, UnitParams]]] = {}
+        self._calls_memo: dict[tuple[Any, ...], tuple[int, float, float]] = {}
         self._sums_memo: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._sequence_ids: dict[tuple[Any, ...], int] = {}
         self._sequences: list[StageCallRuns] = []
@@ -157,18 +171,22 @@ class SyncBuilder:
         """The figures of ``strategies`` (one per sync key, alike but for ZeRO, FSDP and the
         aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds)."""
         hybrid: Mesh | None = None
-        staged: dict[int, tuple[np.ndarray, list[tuple[Any, ...]], DeviceInfo]] = {}
+        staged: dict[int, _Staged] = {}
         rows = []
         for strategy in strategies:
             mesh = base
             if strategy.fsdp == "hybrid_shard":
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
-            if id(mesh) not in staged:
-                info = self.ctx.network.device(mesh.device({"pp": 0}))
-                staged[id(mesh)] = (*self._stages(mesh, strategy.virtual_stages), info)
-            index, kinds, info = staged[id(mesh)]
-            per_type = np.asarray([self._stage(strategy, mesh, kind, info) for kind in kinds])  # [T, 12]
-            rows.append(per_type[index])
+            found = staged.get(id(mesh))
+            if found is None:
+                found = staged[id(mesh)] = self._staged(mesh, strategy)
+            s, algorithm = strategy, strategy.aggregation.algorithm
+            prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, *found.dims)
+            per_type = [
+                self._stage(s, mesh, prefix, algorithm, kind, tied, found.info)
+                for kind, tied in zip(found.kinds, found.tied, strict=True)
+            ]
+            rows.append(np.asarray(per_type)[found.index])  # [pp, 12]
         table = np.stack(rows)  # [Y, pp, 12]
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
         per_micro = np.asarray([[f[0]] for f in flags])
@@ -193,35 +211,55 @@ class SyncBuilder:
         capacity = float(self.ctx.network.device(base.device({"pp": 0})).memory_bytes)
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
 
+    def _staged(self, mesh: Mesh, strategy: ShardedStrategy) -> _Staged:
+        """What every sync key on ``mesh`` shares: its stage types (:meth:`_stages`), its device,
+        what the memo keys take of the mesh, and each type's tied-embedding all-reduce (between
+        the first and last stage with a pipeline; not a data-parallel call, so alike for every
+        algorithm)."""
+        index, kinds = self._stages(mesh, strategy.virtual_stages)
+        info = self.ctx.network.device(mesh.device({"pp": 0}))
+        shape, algorithm = self.shape, strategy.aggregation.algorithm
+        embedding = _SYNC_AXES.index("embedding")
+        tied = []
+        for first, last, _, gids in kinds:
+            seconds = 0.0
+            if shape.tie_embeddings and mesh.pp > 1 and (first or last):
+                size = shape.vocabulary * shape.hidden / strategy.tp * self.ctx.model_spec.bytes_per_grad
+                call = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
+                seconds = self._timed(call, gids[embedding], algorithm, info)[0]
+            tied.append(seconds)
+        dims = (mesh.sizes["dp_shard"], mesh.dp * mesh.cp, mesh.ep, strategy.tp, mesh.pp > 1, info.name)
+        return _Staged(index, kinds, info, tuple(tied), dims)
+
     def _stage(
-        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
+        self,
+        strategy: ShardedStrategy,
+        mesh: Mesh,
+        prefix: tuple[Any, ...],
+        algorithm: Any,
+        kind: tuple[Any, ...],
+        tied: float,
+        info: DeviceInfo,
     ) -> tuple[float, ...]:
         """One stage type's (gather first, gather sum, scatter last, scatter sum, extra, optimizer,
         model state bytes, sync buffer bytes, gradient calls, and the SM seconds of the first
         gather, the other gathers and every scatter but the last): the calls and what does not
-        depend on the groups memoised on what they depend on (:meth:`_static`), their sums per
-        distinct sequence of calls, groups and algorithm (:meth:`_summed`); ``info``: the mesh's
-        device (the array path runs on one kind of device)."""
-        s = strategy
-        first, last, counts, gids = kind
-        key: tuple[Any, ...] = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, mesh.sizes["dp_shard"])
-        key += (mesh.dp * mesh.cp, mesh.ep, s.tp, mesh.pp > 1, first, last, counts, info.name)
+        depend on the groups memoised on what they depend on (``prefix``: the strategy's ZeRO,
+        FSDP and bucket and the mesh's sizes; :meth:`_static`), their sums per distinct sequence
+        of calls, groups and algorithm (:meth:`_summed`); ``tied``: the stage's tied-embedding
+        all-reduce; ``info``: the mesh's device (the array path runs on one kind of device)."""
+        key = (prefix, kind[:3])
         static = self._statics.get(key)
         if static is None:
             static = self._statics[key] = self._static(strategy, mesh, kind, info)
         sequence, optimizer, states, buffers, has_grad = static
-        algorithm = s.aggregation.algorithm
-        sums_key = (sequence, gids, algorithm, info.name)
+        sums_key = (sequence, kind[3], algorithm, info.name)
         sums = self._sums_memo.get(sums_key)
         if sums is None:
-            sums = self._sums_memo[sums_key] = self._summed(sequence, gids, algorithm, info)
+            sums = self._sums_memo[sums_key] = self._summed(sequence, kind[3], algorithm, info)
         gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced = sums
         extra = 0.0
-        shape = self.shape
-        if shape.tie_embeddings and mesh.pp > 1 and (first or last):
-            size = shape.vocabulary * shape.hidden / s.tp * self.ctx.model_spec.bytes_per_grad
-            call = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
-            extra += self._timed(call, gids[_SYNC_AXES.index("embedding")], algorithm, info)[0]
+        extra += tied
         extra += synced
         return (
             gather_first,
@@ -244,28 +282,75 @@ class SyncBuilder:
         """A stage type's calls, as the number of their sequence (:meth:`_summed` prices each
         distinct sequence once: bucket sizes that cut a stage alike make the same calls), and what
         does not depend on its groups: (calls, optimizer seconds, model state bytes, sync buffer
-        bytes, whether it has gradient calls)."""
-        spec = self.ctx.model_spec
-        units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
-        data = mesh.dp * mesh.cp
-        calls = mesh_stage_sync_runs(strategy, unit_runs(units), spec, mesh)
-        signature = (calls.param_gather, calls.grad_sync, calls.param_sync)  # equal calls, equal sums
-        sequence = self._sequence_ids.get(signature)
-        if sequence is None:
-            sequence = self._sequence_ids[signature] = len(self._sequences)
-            self._sequences.append(calls)
-        owned = optimizer_params(strategy, units, data, data // mesh.ep, mesh.sizes["dp_shard"])
-        distinct = [
-            tuple(c for pattern, _ in runs for c in pattern) for runs in (calls.param_gather, calls.grad_sync)
-        ]
-        view = _View(strategy, (distinct[0],), (distinct[1],))  # the largest call is what counts
+        bytes, whether it has gradient calls). The units and the calls are memoised on what they
+        depend on (:meth:`_stage_units`, :meth:`_calls`), so structures alike but for dp share
+        them."""
+        data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
+        runs, sums = self._stage_units(strategy, mesh, kind)
+        sequence, buffers, has_grad = self._calls(strategy, mesh, kind[:3], runs)
+        owned = optimizer_params(strategy, sums, data, expert, shard)
         return (
             sequence,
-            optimizer_seconds(strategy, spec, owned, info),
+            optimizer_seconds(strategy, self.ctx.model_spec, owned, info),
             self._states(strategy, mesh, kind),
-            sync_buffers(self.ctx, cast("ShardedLayout", view), 0),
-            float(bool(calls.grad_sync)),
+            buffers,
+            has_grad,
         )
+
+    def _stage_units(
+        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
+    ) -> tuple[list[UnitRun], tuple[UnitParams, UnitParams]]:
+        """A stage type's units as runs, and two units holding their dense and their expert sums
+        (added one unit at a time: what :func:`~parplan.plan.sharded.sync.optimizer_params` adds,
+        which adds these two to the same figures, ``x + 0.0 == x``)."""
+        key = (strategy.tp, mesh.ep, strategy.pp > 1, *kind[:3])
+        found = self._unit_memo.get(key)
+        if found is None:
+            units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
+            dense, expert = sum(u.dense for u in units), sum(u.expert for u in units)
+            sums = (UnitParams("dense", dense, 0.0), UnitParams("expert", 0.0, expert))
+            found = self._unit_memo[key] = (unit_runs(units), sums)
+        return found
+
+    def _calls(
+        self, strategy: ShardedStrategy, mesh: Mesh, stage: tuple[Any, ...], runs: list[UnitRun]
+    ) -> tuple[int, float, float]:
+        """(the number of the stage's sequence of calls, its sync buffer bytes, whether it has
+        gradient calls), memoised on what :func:`~parplan.plan.sharded.sync.stage_sync_runs` reads:
+        the sharding, the bucket, the units and of the ranks whether each group has more than one
+        (and a hybrid shard group's size, which divides its all-reduce)."""
+        s = strategy
+        data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
+        ranks: tuple[Any, ...] = (data > 1, expert > 1)
+        if s.fsdp == "hybrid_shard":
+            ranks += (shard, data > shard)
+        key = (
+            s.zero,
+            s.fsdp,
+            s.framework,
+            s.aggregation.bucket_size_bytes,
+            s.tp,
+            mesh.ep,
+            s.pp > 1,
+            stage,
+            ranks,
+        )
+        found = self._calls_memo.get(key)
+        if found is None:
+            calls = mesh_stage_sync_runs(strategy, runs, self.ctx.model_spec, mesh)
+            signature = (calls.param_gather, calls.grad_sync, calls.param_sync)  # equal calls, equal sums
+            sequence = self._sequence_ids.get(signature)
+            if sequence is None:
+                sequence = self._sequence_ids[signature] = len(self._sequences)
+                self._sequences.append(calls)
+            distinct = [
+                tuple(c for pattern, _ in part for c in pattern)
+                for part in (calls.param_gather, calls.grad_sync)
+            ]
+            view = _View(strategy, (distinct[0],), (distinct[1],))  # the largest call is what counts
+            buffers = sync_buffers(self.ctx, cast("ShardedLayout", view), 0)
+            found = self._calls_memo[key] = (sequence, buffers, float(bool(calls.grad_sync)))
+        return found
 
     def _summed(
         self, sequence: int, gids: tuple[int, ...], algorithm: Any, info: DeviceInfo

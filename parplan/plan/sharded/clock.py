@@ -213,11 +213,15 @@ class GroupClock:
 
     def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """The ranks of ``devices`` by node (cached per cluster)."""
-        from parplan.topology.placement import groups_by_node
+        from parplan.topology.placement import groups_by_key
 
         found = self._groups_by_node.get(devices)
         if found is None:
-            found = tuple(tuple(g) for g in groups_by_node(self.network, devices))
+            # groups_by_node's keys, read off the graph (its DeviceInfo per device costs more than
+            # the grouping)
+            attrs = self.network.graph.nodes
+            keys = [("group", g) if (g := attrs[d].get("group")) else ("device", d) for d in devices]
+            found = tuple(tuple(g) for g in groups_by_key(keys))
             self._groups_by_node[devices] = found
         return found
 
@@ -225,9 +229,10 @@ class GroupClock:
         """The worst latency, the narrowest route's bandwidth and whether every pair is one hop."""
         net = self.network
         worst_lat, worst_bw, direct = 0.0, float("inf"), True
-        if self._symmetry is not None:
-            copies = (self.canonical((a, b)) for a, b in pairs)
-            pairs = {(c[0], c[1]) for c in copies}  # a pair's route is its copy's
+        if self._symmetry is not None:  # a pair's route is its copy's on the first nodes (canonical)
+            nodes, where = self._symmetry
+            alike = {(where[a][1], where[b][1], where[a][0] == where[b][0]) for a, b in pairs}
+            pairs = {(f"{nodes[0]}.{a}", f"{nodes[0 if same else 1]}.{b}") for a, b, same in alike}
         for a, b in pairs:
             channels, latency = net.route(a, b)
             worst_lat = max(worst_lat, latency)

@@ -20,7 +20,7 @@ from parplan.api.search.space import enumerate_space
 from parplan.api.search.stages import _sums
 from parplan.config.loader import load_cluster
 from parplan.config.strategy import ShardedStrategy
-from parplan.plan.sharded.clock import node_symmetry
+from parplan.plan.sharded.clock import GroupClock, node_symmetry
 from parplan.plan.sharded.sync import (
     StageSync,
     UnitParams,
@@ -32,6 +32,7 @@ from parplan.plan.sharded.sync import (
 )
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
+from parplan.topology.placement import groups_by_node
 from tests.api.search.helpers import LLM_SAMPLES, ROOT, sample
 from tests.api.search.test_vector import _search
 
@@ -231,3 +232,35 @@ def test_node_symmetry_sees_one_node_differ() -> None:
     odd.graph.nodes[last]["memory_bytes"] = 0.5 * float(odd.graph.nodes[last]["memory_bytes"])
     assert node_symmetry(network) is not None
     assert node_symmetry(odd) is None
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_a_structures_rows_are_copies_of_its_first_with_their_own_fields(name: str) -> None:
+    """What the evaluator builds each key's strategy from (the structure's first row, validated,
+    updated with a row's varying fields) equals the row's validated strategy, for every row of
+    seeded structures."""
+    _, ctx = sample(name)
+    search = _search(name)
+    table, _ = enumerate_space(ctx, search)
+    columns = np.stack([getattr(table, c).astype(np.int64) for c in vector._STRUCTURE], axis=1)
+    _, inverse = np.unique(columns, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    evaluator = vector._Evaluator(ctx, search, table)
+    for structure in np.random.default_rng(17).choice(inverse.max() + 1, size=min(6, inverse.max() + 1)):
+        sub = table.take(np.flatnonzero(inverse == structure))
+        base = sub.strategy(0, search)
+        for r in range(len(sub)):
+            assert base.model_copy(update=evaluator._varying(sub, r)) == sub.strategy(r, search), sub.label(r)
+
+
+@pytest.mark.parametrize(
+    "cluster", sorted(p.name for p in (ROOT / "sample_configs" / "clusters").glob("*.*") if p.is_file())
+)
+def test_clock_groups_ranks_by_node_as_placement_does(cluster: str) -> None:
+    network = build_network(load_cluster(ROOT / "sample_configs" / "clusters" / cluster))
+    clock = GroupClock(network)
+    rng = random.Random(cluster)
+    devices = list(network.devices)
+    for _ in range(20):
+        group = tuple(rng.sample(devices, rng.randint(1, len(devices))))
+        assert clock._node_groups(group) == tuple(tuple(g) for g in groups_by_node(network, group))
