@@ -3,12 +3,13 @@ plan out: a stage's data-parallel calls, optimizer, model state and buffers depe
 sharding units it holds (the embedding on stage 0, its blocks, the head on the last stage, split
 into chunks by :func:`~parplan.plan.sharded.costs.split_layers`) and on its data-parallel groups.
 Stages alike in both (most of a pipeline's) are worked out once
-(:func:`~parplan.plan.sharded.sync.stage_sync`, :func:`~parplan.plan.sharded.sync.optimizer_params`,
-:func:`~parplan.plan.sharded.memory.sync_buffers`), and every sum is taken in the order
+(:func:`~parplan.plan.sharded.sync.stage_sync_runs`: the calls of equal blocks as one pattern and
+its count; :func:`~parplan.plan.sharded.sync.optimizer_params`,
+:func:`~parplan.plan.sharded.memory.sync_buffers`); each distinct sequence of calls is priced once
+per groups and algorithm, and every sum is taken call by call in the order
 :func:`~parplan.api.sharded_analytic._stage_sync` and :func:`~parplan.plan.sharded.memory.
 stage_memory` take it, so the figures equal the layout path's (``relayout_sync``) bit for bit.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence

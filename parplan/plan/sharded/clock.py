@@ -17,7 +17,6 @@ beta (``(p - 1) / p n beta`` on one level); a send/recv ``latency + n / bandwidt
 from __future__ import annotations
 
 import weakref
-from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -74,26 +73,26 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
             k = index.get(head)
             return None if k is None or not tail else (k, tail)
 
-        signatures: list[list[Any]] = [[] for _ in nodes]
+        elements: list[dict[str, dict[str, Any]]] = [{} for _ in nodes]  # name in node -> attributes
+        links: list[dict[tuple[Any, Any], dict[str, Any]]] = [{} for _ in nodes]  # (from, to) -> attributes
         ok = True
         for name, attrs in graph.nodes(data=True):
             where = owner(name)
             if where is not None:
-                kept = repr(sorted(item for item in attrs.items() if item[0] != "group"))
-                signatures[where[0]].append(("element", where[1], kept))
+                elements[where[0]][where[1]] = {k: v for k, v in attrs.items() if k != "group"}
         for u, v, attrs in graph.edges(data=True):
             a, b = owner(u), owner(v)
             if a is not None and b is not None and a[0] != b[0]:
                 ok = False  # nodes linked directly: not every permutation keeps the links
                 break
-            kept = repr(sorted(item for item in attrs.items() if item[0] not in _EDGE_NAMES))
+            kept = {k: x for k, x in attrs.items() if k not in _EDGE_NAMES}
             if a is not None:
-                signatures[a[0]].append(("link", a[1], b[1] if b is not None else ("", str(v)), kept))
+                links[a[0]][(a[1], b[1] if b is not None else ("", str(v)))] = kept
             elif b is not None:
-                signatures[b[0]].append(("link", ("", str(u)), b[1], kept))
-        if ok:  # the same elements and links (as multisets) on every node
-            first = Counter(signatures[0])
-            ok = all(len(sig) == len(signatures[0]) and Counter(sig) == first for sig in signatures[1:])
+                links[b[0]][(("", str(u)), b[1])] = kept
+        # the same elements and links, with the same attributes, on every node (names are unique
+        # in a node and a link's ends in the graph, so equal dicts are equal multisets)
+        ok = ok and all(e == elements[0] for e in elements[1:]) and all(k == links[0] for k in links[1:])
         if ok:
             devices = {d: owner(d) for d in network.devices}
             if all(w is not None for w in devices.values()):

@@ -2,7 +2,8 @@
 call and bit for bit: gradient buckets filled run by run (uneven buckets, the last bucket, units
 without parameters), :func:`stage_sync_runs` against :func:`stage_sync` for uniform and
 non-uniform blocks, and every sync key of seeded structures of each LLM sample against
-``relayout_sync``."""
+``relayout_sync``; the evaluator's strategies against validated ones; and the collective clock's
+shortcuts (:func:`node_symmetry`, its ranks by node) against what they replace."""
 
 from __future__ import annotations
 
@@ -216,22 +217,29 @@ def _symmetry_one_by_one(network: Network) -> Any:
     return None if any(w is None for w in devices.values()) else (nodes, devices)
 
 
-@pytest.mark.parametrize(
-    "cluster", sorted(p.name for p in (ROOT / "sample_configs" / "clusters").glob("*.*") if p.is_file())
-)
+_CLUSTERS = ROOT / "sample_configs" / "clusters"
+_CLUSTER_FILES = sorted(str(p.relative_to(_CLUSTERS)) for p in _CLUSTERS.rglob("*.*") if p.is_file())
+
+
+@pytest.mark.parametrize("cluster", _CLUSTER_FILES)
 def test_node_symmetry_equals_the_one_by_one_comparison(cluster: str) -> None:
-    network = build_network(load_cluster(ROOT / "sample_configs" / "clusters" / cluster))
+    network = build_network(load_cluster(_CLUSTERS / cluster))
     assert node_symmetry(network) == _symmetry_one_by_one(network)
 
 
 def test_node_symmetry_sees_one_node_differ() -> None:
-    network = build_network(load_cluster(ROOT / "sample_configs" / "clusters" / "dgx-a100-128nodes.yaml"))
+    network = build_network(load_cluster(_CLUSTERS / "dgx-a100-128nodes.yaml"))
     assert _symmetry_one_by_one(network) is not None
-    odd = build_network(load_cluster(ROOT / "sample_configs" / "clusters" / "dgx-a100-128nodes.yaml"))
+    odd = build_network(load_cluster(_CLUSTERS / "dgx-a100-128nodes.yaml"))
     last = odd.devices[-1]
     odd.graph.nodes[last]["memory_bytes"] = 0.5 * float(odd.graph.nodes[last]["memory_bytes"])
     assert node_symmetry(network) is not None
     assert node_symmetry(odd) is None
+    slow = build_network(load_cluster(_CLUSTERS / "dgx-a100-128nodes.yaml"))
+    attrs = next(a for u, _, a in slow.graph.edges(data=True) if str(u).startswith("n7."))
+    attrs["bandwidth_Bps"] = 0.5 * float(attrs["bandwidth_Bps"])  # one link of one node
+    assert _symmetry_one_by_one(slow) is None
+    assert node_symmetry(slow) is None
 
 
 @pytest.mark.parametrize("name", LLM_SAMPLES)
@@ -253,11 +261,9 @@ def test_a_structures_rows_are_copies_of_its_first_with_their_own_fields(name: s
             assert base.model_copy(update=evaluator._varying(sub, r)) == sub.strategy(r, search), sub.label(r)
 
 
-@pytest.mark.parametrize(
-    "cluster", sorted(p.name for p in (ROOT / "sample_configs" / "clusters").glob("*.*") if p.is_file())
-)
+@pytest.mark.parametrize("cluster", _CLUSTER_FILES)
 def test_clock_groups_ranks_by_node_as_placement_does(cluster: str) -> None:
-    network = build_network(load_cluster(ROOT / "sample_configs" / "clusters" / cluster))
+    network = build_network(load_cluster(_CLUSTERS / cluster))
     clock = GroupClock(network)
     rng = random.Random(cluster)
     devices = list(network.devices)
