@@ -117,7 +117,11 @@ def group_of(mesh: Mesh, axis: str, stage: int, data: tuple[str, ...] | None = N
     if axis == "embedding":
         return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
     if data is None:
-        data = tuple(devices[base + c * tp + d * tp * cp * pp] for d in range(dp) for c in range(cp))
+        stride = tp * cp * pp
+        if cp == 1:
+            data = devices[base : base + dp * stride : stride]
+        else:
+            data = tuple(devices[base + c * tp + d * stride] for d in range(dp) for c in range(cp))
     if axis == "dp_cp":
         return data
     block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
@@ -192,7 +196,7 @@ class ChunkBuilder:
         self._blocks: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._times: dict[tuple[Any, ...], float] = {}
         self._held: dict[tuple[Any, ...], np.ndarray] = {}
-        self._sums: dict[tuple[Any, ...], np.ndarray] = {}
+        self._comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._rows: dict[tuple[Any, ...], np.ndarray] = {}
         self._kinds: dict[str, DeviceInfo] = {}
 
@@ -271,10 +275,8 @@ class ChunkBuilder:
             return_inverse=True,
         )
         info = self.ctx.network.device(mesh.device({"pp": 0}))
-        shared = (types.tobytes(), types.shape, tuple(groups))  # what the sums read of the structure
-        sums = np.stack(
-            [self._memo_sums(s, mesh, info, types, groups, shared) for s in strategies]
-        )  # [K, T, 17]
+        comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in strategies])  # [K, T, 12]
+        sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms], axis=2)
         per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 17]
         grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 17]
         chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
@@ -282,13 +284,14 @@ class ChunkBuilder:
         blocks_on_stage = counts.reshape(v, pp).sum(axis=0)
         hops, ms, activations, buffers = [], [], [], []
         pp_index, pp_groups = stage_groups(self.clock, mesh, ("pp",))
+        pp_classes = sorted(set(pp_index.tolist()))  # the max over stages is the max over classes
         for s in strategies:
             m = microbatches_per_pipeline(s, self.ctx.training.global_batch_size, mesh.dp)
             size = p2p_bytes(s, self.shape)
             hop = 0.0
             if pp > 1:
                 call = CommCall("send_recv", size, "pp", True, "p2p")
-                hop = max(self.seconds(call, pp_groups[c][0]) for c in pp_index)
+                hop = max(self.seconds(call, pp_groups[c][0]) for c in pp_classes)
             hops.append(hop)
             ms.append(m)
             activations.append(self._activations(s, mesh, info, m, blocks_on_stage))
@@ -303,58 +306,78 @@ class ChunkBuilder:
             buffers_bytes=np.asarray(buffers),
         )
 
-    def _memo_sums(
+    def _memo_comms(
         self,
         s: ShardedStrategy,
         mesh: Mesh,
         info: DeviceInfo,
         types: np.ndarray,
         groups: list[tuple[Any, ...]],
-        shared: tuple[Any, ...],
     ) -> np.ndarray:
-        """:meth:`_chunk_sums`, memoised: structures alike but for dp (device counts) share them."""
-        key = (self._key(s, mesh, info), s.fsdp, shared)
-        found = self._sums.get(key)
-        if found is None:
-            found = self._sums[key] = self._chunk_sums(s, mesh, info, types, groups)
-        return found
+        """:meth:`_comm_sums` memoised per chunk type (first, last, blocks, its class's groups): a
+        type's sums do not depend on the other types beside it (padding adds zeros), nor on the
+        FSDP mode, so keys alike but for it and structures alike but for dp share them."""
+        block = self._key(s, mesh, info)
+        keys = [(block, f, last, n, groups[c]) for f, last, n, c in types.tolist()]
+        missing = [t for t, k in enumerate(keys) if k not in self._comms]
+        if missing:
+            for t, row in zip(missing, self._comm_sums(s, mesh, info, types[missing], groups), strict=True):
+                self._comms[keys[t]] = row
+        return np.stack([self._comms[k] for k in keys])
 
-    def _chunk_sums(
-        self,
-        s: ShardedStrategy,
-        mesh: Mesh,
-        info: DeviceInfo,
-        types: np.ndarray,
-        groups: list[tuple[Any, ...]],
+    def _compute_sums(
+        self, strategies: Sequence[ShardedStrategy], mesh: Mesh, info: DeviceInfo, types: np.ndarray
     ) -> np.ndarray:
-        """``[T, 17]``: :class:`ChunkSums`' fields of each chunk type (first, last, blocks, class)."""
-        figures, calls, params, _ = self._block(s, mesh, info)
-        (f, b, r, a, ab), (ef, eb), (hf, hb) = figures
+        """``[K, T, 5]``: :class:`ChunkSums`' compute sums of each key's chunk types (first, last,
+        blocks), every key at once: each sum is one ``np.add.accumulate`` along the chunk (zeros
+        for the blocks a shorter chunk lacks), FSDP2's copies and DeepSpeed's accumulation added
+        per group of keys alike in what those read (:mod:`~parplan.plan.sharded.parts`)."""
+        figures = np.asarray(
+            [
+                [*f, *e, *h, *params]
+                for (f, e, h), _, params, _ in (self._block(s, mesh, info) for s in strategies)
+            ]
+        )  # [K, 12]: block f, b, r, a, ab; embedding f, b; head f, b; embedding, block, head params
         first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
-        width = int(n.max())
-        on = np.arange(width)[None, :] < n[:, None]  # [T, width]: the chunk's blocks
+        on = np.arange(int(n.max()))[None, :] < n[:, None]  # [T, width]: the chunk's blocks
+        zero = np.zeros((len(strategies), len(types)))
 
-        def fold(start: np.ndarray, each: float, end: np.ndarray) -> np.ndarray:
-            row = np.concatenate([start[:, None], np.where(on, each, 0.0), end[:, None]], axis=1)
-            return np.asarray(np.add.accumulate(row, axis=1)[:, -1])
+        def ends(column: int, mask: np.ndarray) -> np.ndarray:
+            return np.where(mask[None, :], figures[:, column, None], 0.0)
 
-        zero = np.zeros(len(types))
-        compute = [
-            fold(np.where(first, ef, 0.0), f, np.where(last, hf, 0.0)),
-            fold(np.where(first, eb, 0.0), b, np.where(last, hb, 0.0)),
-            fold(zero, r, zero),
-            fold(zero, a, zero),
-            fold(zero, ab, zero),
-        ]
-        units = fold(np.where(first, params[0], 0.0), params[1], np.where(last, params[2], 0.0))
-        copy_f, copy_b = fsdp_copy_seconds(
-            s, (UnitParams("chunk", cast(float, units), 0.0),), self.ctx.model_spec, info
-        )
-        compute[0] = compute[0] + copy_f
-        compute[1] = compute[1] + copy_b + accumulation_seconds(s, cast(float, units), info)
+        starts = [ends(5, first), ends(6, first), zero, zero, zero, ends(9, first)]  # [K, T] each
+        each = figures[:, [0, 1, 2, 3, 4, 10]].T  # [6, K]
+        finish = [ends(7, last), ends(8, last), zero, zero, zero, ends(11, last)]
+        middle = np.where(on[None, None], each[:, :, None, None], 0.0)  # [6, K, T, width]
+        row = np.concatenate([np.stack(starts)[..., None], middle, np.stack(finish)[..., None]], axis=3)
+        folded = np.add.accumulate(row, axis=3)[..., -1]  # [6, K, T]
+        compute, units = list(folded[:5]), folded[5]
+        spec = self.ctx.model_spec
+        alike: dict[tuple[Any, ...], list[int]] = {}
+        for k, s in enumerate(strategies):
+            alike.setdefault((s.fsdp, s.dtype, s.framework), []).append(k)
+        for rows in alike.values():
+            s, part = strategies[rows[0]], units[rows]
+            copy_f, copy_b = fsdp_copy_seconds(s, (UnitParams("chunk", cast(float, part), 0.0),), spec, info)
+            compute[0][rows] = compute[0][rows] + copy_f
+            compute[1][rows] = compute[1][rows] + copy_b + accumulation_seconds(s, cast(float, part), info)
+        return np.stack(compute, axis=2)
+
+    def _comm_sums(
+        self,
+        s: ShardedStrategy,
+        mesh: Mesh,
+        info: DeviceInfo,
+        types: np.ndarray,
+        groups: list[tuple[Any, ...]],
+    ) -> np.ndarray:
+        """``[T, 12]``: :class:`ChunkSums`' call sums of each chunk type (first, last, blocks,
+        class), timed on its class's groups."""
+        calls = self._block(s, mesh, info)[1]
+        first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
+        on = np.arange(int(n.max()))[None, :] < n[:, None]  # [T, width]: the chunk's blocks
         by_class = {c: self._comm(calls, groups[c], first, last, on, info) for c in set(types[:, 3].tolist())}
-        own = np.stack([by_class[int(c)][t] for t, c in enumerate(types[:, 3])])  # each type's class
-        return np.concatenate([np.stack(compute, axis=1), own], axis=1)
+        return np.stack([by_class[int(c)][t] for t, c in enumerate(types[:, 3])])  # each type's class
 
     def _comm(
         self,

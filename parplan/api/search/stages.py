@@ -3,12 +3,13 @@ plan out: a stage's data-parallel calls, optimizer, model state and buffers depe
 sharding units it holds (the embedding on stage 0, its blocks, the head on the last stage, split
 into chunks by :func:`~parplan.plan.sharded.costs.split_layers`) and on its data-parallel groups.
 Stages alike in both (most of a pipeline's) are worked out once
-(:func:`~parplan.plan.sharded.sync.stage_sync`, :func:`~parplan.plan.sharded.sync.optimizer_params`,
-:func:`~parplan.plan.sharded.memory.sync_buffers`), and every sum is taken in the order
+(:func:`~parplan.plan.sharded.sync.stage_sync_runs`: the calls of equal blocks as one pattern and
+its count; :func:`~parplan.plan.sharded.sync.optimizer_params`,
+:func:`~parplan.plan.sharded.memory.sync_buffers`); each distinct sequence of calls is priced once
+per groups and algorithm, and every sum is taken call by call in the order
 :func:`~parplan.api.sharded_analytic._stage_sync` and :func:`~parplan.plan.sharded.memory.
 stage_memory` take it, so the figures equal the layout path's (``relayout_sync``) bit for bit.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -27,16 +28,19 @@ from parplan.plan.sharded.parts import (
     block_unit,
     embedding_unit,
     head_unit,
-    mesh_stage_sync,
+    mesh_stage_sync_runs,
     optimizer_seconds,
 )
-from parplan.plan.sharded.sync import StageSync as StageCalls
 from parplan.plan.sharded.sync import (
+    CallRun,
     UnitParams,
+    UnitRun,
     fully_sharded,
     optimizer_params,
     state_sharded,
+    unit_runs,
 )
+from parplan.plan.sharded.sync import StageSyncRuns as StageCallRuns
 
 if TYPE_CHECKING:
     from parplan.config.strategy import ShardedStrategy
@@ -72,42 +76,67 @@ class _View:
     grad_sync: tuple[tuple[CommCall, ...], ...]
 
 
+@dataclass(frozen=True)
+class _Staged:
+    """What a structure's sync keys on one mesh share (:meth:`SyncBuilder._staged`)."""
+
+    index: np.ndarray  # [pp]: each stage's type
+    kinds: list[tuple[Any, ...]]  # (first, last, chunk blocks, group numbers)
+    info: DeviceInfo
+    tied: tuple[float, ...]  # each type's tied-embedding all-reduce seconds (0 without)
+    dims: tuple[Any, ...]  # what the memo keys take of the mesh
+
+
 class SyncBuilder:
     """Builds :class:`Sync` for one structure's sync keys (module docstring)."""
 
     def __init__(self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock, meshes: Meshes) -> None:
         self.ctx, self.shape, self.clock, self.meshes = ctx, shape, clock, meshes
-        self._times: dict[tuple[Any, ...], float] = {}
+        self._times: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._params: dict[tuple[Any, ...], tuple[float, float]] = {}
-        self._fixed_memo: dict[tuple[Any, ...], tuple[StageCalls, tuple[float, ...]]] = {}
+        self._statics: dict[tuple[Any, ...], tuple[int, float, float, float, float]] = {}
+        self._unit_memo: dict[tuple[Any, ...], tuple[list[UnitRun], tuple[UnitParams, UnitParams]]] = {}
+        self._calls_memo: dict[tuple[Any, ...], tuple[int, float, float]] = {}
+        self._sums_memo: dict[tuple[Any, ...], tuple[float, ...]] = {}
+        self._sequence_ids: dict[tuple[Any, ...], int] = {}
+        self._sequences: list[StageCallRuns] = []
+        self._group_ids: dict[tuple[str, ...], int] = {}
+        self._groups: list[tuple[str, ...]] = []
 
-    def _seconds(self, call: CommCall, group: tuple[str, ...], algorithm: Any) -> float:
-        key = (group, call.collective, call.size_bytes, algorithm if call.axis in _DP_AXES else None)
+    def _timed(self, call: CommCall, group: int, algorithm: Any, info: DeviceInfo) -> tuple[float, float]:
+        """(seconds, SM seconds) of ``call`` in the canonical group numbered ``group``: the clock's
+        seconds (``algorithm`` runs a data-parallel all-reduce) and those times the share of
+        ``info``'s SMs its NCCL channels hold (:meth:`~parplan.plan.sharded.clock.CollectiveClock.
+        stolen`'s product); memoised on what they depend on (not the call's label)."""
+        dp_reduce = call.collective == "all_reduce" and call.axis in _DP_AXES
+        key = (group, call.collective, call.size_bytes, algorithm if dp_reduce else None)
         found = self._times.get(key)
         if found is None:
-            found = self._times[key] = self.clock.seconds(call, group, algorithm)
+            devices = self._groups[group]
+            seconds = self.clock.seconds(call, devices, algorithm)
+            share = comm_sm_share(info, self.clock.channels(call, devices))
+            found = self._times[key] = (seconds, seconds * share)
         return found
 
-    def _timed(
-        self, timed: dict[tuple[Any, ...], float], call: CommCall, groups: dict[str, Any], algorithm: Any
-    ) -> float:
-        """:meth:`_seconds` of ``call`` in its stage's group, memoised in ``timed`` on what a call's
-        time depends on (not its label)."""
-        key = (call.collective, call.size_bytes, call.axis)
-        found = timed.get(key)
+    def _group_id(self, devices: tuple[str, ...]) -> int:
+        found = self._group_ids.get(devices)
         if found is None:
-            found = timed[key] = self._seconds(call, groups[call.axis], algorithm)
+            found = self._group_ids[devices] = len(self._groups)
+            self._groups.append(devices)
         return found
 
     def _stages(self, mesh: Mesh, v: int) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
-        """Each stage's type index (``[pp]``) and the types: (first, last, chunk blocks, groups)."""
+        """Each stage's type index (``[pp]``) and the types: (first, last, chunk blocks, group
+        numbers per axis of :data:`_SYNC_AXES`)."""
         pp = mesh.pp
         counts = split_layers(self.shape.layers, pp * v)
         types: dict[tuple[Any, ...], int] = {}
         index = np.empty(pp, dtype=np.intp)
         for s in range(pp):
             data = group_of(mesh, "dp_cp", s)
-            groups = tuple(self.clock.canonical(group_of(mesh, a, s, data)) for a in _SYNC_AXES)
+            groups = tuple(
+                self._group_id(self.clock.canonical(group_of(mesh, a, s, data))) for a in _SYNC_AXES
+            )
             key = (s == 0, s == pp - 1, tuple(counts[vc * pp + s] for vc in range(v)), groups)
             index[s] = types.setdefault(key, len(types))
         return index, list(types)
@@ -143,18 +172,22 @@ class SyncBuilder:
         """The figures of ``strategies`` (one per sync key, alike but for ZeRO, FSDP and the
         aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds)."""
         hybrid: Mesh | None = None
-        staged: dict[int, tuple[np.ndarray, list[tuple[Any, ...]], DeviceInfo]] = {}
+        staged: dict[int, _Staged] = {}
         rows = []
         for strategy in strategies:
             mesh = base
             if strategy.fsdp == "hybrid_shard":
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
-            if id(mesh) not in staged:
-                info = self.ctx.network.device(mesh.device({"pp": 0}))
-                staged[id(mesh)] = (*self._stages(mesh, strategy.virtual_stages), info)
-            index, kinds, info = staged[id(mesh)]
-            per_type = np.asarray([self._stage(strategy, mesh, kind, info) for kind in kinds])  # [T, 12]
-            rows.append(per_type[index])
+            found = staged.get(id(mesh))
+            if found is None:
+                found = staged[id(mesh)] = self._staged(mesh, strategy)
+            s, algorithm = strategy, strategy.aggregation.algorithm
+            prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, *found.dims)
+            per_type = [
+                self._stage(s, mesh, prefix, algorithm, kind, tied, found.info)
+                for kind, tied in zip(found.kinds, found.tied, strict=True)
+            ]
+            rows.append(np.asarray(per_type)[found.index])  # [pp, 12]
         table = np.stack(rows)  # [Y, pp, 12]
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
         per_micro = np.asarray([[f[0]] for f in flags])
@@ -179,85 +212,172 @@ class SyncBuilder:
         capacity = float(self.ctx.network.device(base.device({"pp": 0})).memory_bytes)
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
 
+    def _staged(self, mesh: Mesh, strategy: ShardedStrategy) -> _Staged:
+        """What every sync key on ``mesh`` shares: its stage types (:meth:`_stages`), its device,
+        what the memo keys take of the mesh, and each type's tied-embedding all-reduce (between
+        the first and last stage with a pipeline; not a data-parallel call, so alike for every
+        algorithm)."""
+        index, kinds = self._stages(mesh, strategy.virtual_stages)
+        info = self.ctx.network.device(mesh.device({"pp": 0}))
+        shape, algorithm = self.shape, strategy.aggregation.algorithm
+        embedding = _SYNC_AXES.index("embedding")
+        tied = []
+        for first, last, _, gids in kinds:
+            seconds = 0.0
+            if shape.tie_embeddings and mesh.pp > 1 and (first or last):
+                size = shape.vocabulary * shape.hidden / strategy.tp * self.ctx.model_spec.bytes_per_grad
+                call = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
+                seconds = self._timed(call, gids[embedding], algorithm, info)[0]
+            tied.append(seconds)
+        dims = (mesh.sizes["dp_shard"], mesh.dp * mesh.cp, mesh.ep, strategy.tp, mesh.pp > 1, info.name)
+        return _Staged(index, kinds, info, tuple(tied), dims)
+
     def _stage(
-        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
+        self,
+        strategy: ShardedStrategy,
+        mesh: Mesh,
+        prefix: tuple[Any, ...],
+        algorithm: Any,
+        kind: tuple[Any, ...],
+        tied: float,
+        info: DeviceInfo,
     ) -> tuple[float, ...]:
         """One stage type's (gather first, gather sum, scatter last, scatter sum, extra, optimizer,
         model state bytes, sync buffer bytes, gradient calls, and the SM seconds of the first
         gather, the other gathers and every scatter but the last): the calls and what does not
-        depend on the all-reduce algorithm memoised (:meth:`_fixed`), the gradient calls timed;
-        ``info``: the mesh's device (the array path runs on one kind of device)."""
-        calls, fixed = self._fixed(strategy, mesh, kind, info)
-        groups = dict(zip(_SYNC_AXES, kind[3], strict=True))
-        algorithm = strategy.aggregation.algorithm
-        timed: dict[tuple[Any, ...], float] = {}  # a stage's blocks make alike calls: time each once
-        scatters = [self._timed(timed, c, groups, algorithm) for c in calls.grad_sync]
-        last = scatters[-1] if scatters else 0.0
-        scatter_sm = self._stolen(timed, calls.grad_sync[:-1], groups, algorithm, info)
-        return (fixed[0], fixed[1], last, sum(scatters), *fixed[2:], scatter_sm)
-
-    def _stolen(
-        self,
-        timed: dict[tuple[Any, ...], float],
-        calls: Sequence[CommCall],
-        groups: dict[str, Any],
-        algorithm: Any,
-        info: DeviceInfo,
-    ) -> float:
-        """Compute seconds ``calls`` take from what they run beside on ``info``'s SMs, summed in
-        call order as :meth:`~parplan.plan.sharded.clock.CollectiveClock.stolen` sums them."""
-        channels = self.clock.channels
-        return sum(
-            self._timed(timed, c, groups, algorithm) * comm_sm_share(info, channels(c, groups[c.axis]))
-            for c in calls
-        )
-
-    def _fixed(
-        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
-    ) -> tuple[StageCalls, tuple[float, ...]]:
-        """A stage type's calls, and its (gather first, gather sum, extra, optimizer, state
-        bytes, buffer bytes, gradient calls, SM seconds of the first gather and of the others),
-        alike for every all-reduce algorithm."""
-        s = strategy
-        key = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, s.shard_group, mesh.sizes["dp_shard"], kind)
-        found = self._fixed_memo.get(key)
-        if found is not None:
-            return found
-        spec, shape = self.ctx.model_spec, self.shape
-        first, last = kind[0], kind[1]
-        groups = dict(zip(_SYNC_AXES, kind[3], strict=True))
-        algorithm = strategy.aggregation.algorithm  # no call here is a data-parallel all-reduce
-        units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
-        data = mesh.dp * mesh.cp
-        expert_ranks = data // mesh.ep
-        calls = mesh_stage_sync(strategy, units, spec, mesh)
-        timed: dict[tuple[Any, ...], float] = {}  # a stage's blocks make alike calls: time each once
-        gathers = [self._timed(timed, c, groups, algorithm) for c in calls.param_gather]
+        depend on the groups memoised on what they depend on (``prefix``: the strategy's ZeRO,
+        FSDP and bucket and the mesh's sizes; :meth:`_static`), their sums per distinct sequence
+        of calls, groups and algorithm (:meth:`_summed`); ``tied``: the stage's tied-embedding
+        all-reduce; ``info``: the mesh's device (the array path runs on one kind of device)."""
+        key = (prefix, kind[:3])
+        static = self._statics.get(key)
+        if static is None:
+            static = self._statics[key] = self._static(strategy, mesh, kind, info)
+        sequence, optimizer, states, buffers, has_grad = static
+        sums_key = (sequence, kind[3], algorithm, info.name)
+        sums = self._sums_memo.get(sums_key)
+        if sums is None:
+            sums = self._sums_memo[sums_key] = self._summed(sequence, kind[3], algorithm, info)
+        gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced = sums
         extra = 0.0
-        if shape.tie_embeddings and mesh.pp > 1 and (first or last):
-            size = shape.vocabulary * shape.hidden / strategy.tp * spec.bytes_per_grad
-            call = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
-            extra += self._seconds(call, groups["embedding"], algorithm)
-        extra += sum(self._seconds(c, groups[c.axis], algorithm) for c in calls.param_sync)
-        owned = optimizer_params(strategy, units, data, expert_ranks, mesh.sizes["dp_shard"])
-        optimizer = optimizer_seconds(strategy, spec, owned, info)
-        view = _View(strategy, (calls.param_gather,), (calls.grad_sync,))
-        buffers = sync_buffers(self.ctx, cast("ShardedLayout", view), 0)
-        first_sm = self._stolen(timed, calls.param_gather[:1], groups, algorithm, info)
-        rest_sm = self._stolen(timed, calls.param_gather[1:], groups, algorithm, info)
-        fixed = (
-            gathers[0] if gathers else 0.0,
-            sum(gathers),
+        extra += tied
+        extra += synced
+        return (
+            gather_first,
+            gather_sum,
+            scatter_last,
+            scatter_sum,
             extra,
             optimizer,
-            self._states(strategy, mesh, kind),
+            states,
             buffers,
-            float(bool(calls.grad_sync)),
+            has_grad,
             first_sm,
             rest_sm,
+            scatter_sm,
         )
-        found = self._fixed_memo[key] = (calls, fixed)
+
+    def _static(
+        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
+    ) -> tuple[int, float, float, float, float]:
+        """A stage type's calls, as the number of their sequence (:meth:`_summed` prices each
+        distinct sequence once: bucket sizes that cut a stage alike make the same calls), and what
+        does not depend on its groups: (calls, optimizer seconds, model state bytes, sync buffer
+        bytes, whether it has gradient calls). The units and the calls are memoised on what they
+        depend on (:meth:`_stage_units`, :meth:`_calls`), so structures alike but for dp share
+        them."""
+        data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
+        runs, sums = self._stage_units(strategy, mesh, kind)
+        sequence, buffers, has_grad = self._calls(strategy, mesh, kind[:3], runs)
+        owned = optimizer_params(strategy, sums, data, expert, shard)
+        return (
+            sequence,
+            optimizer_seconds(strategy, self.ctx.model_spec, owned, info),
+            self._states(strategy, mesh, kind),
+            buffers,
+            has_grad,
+        )
+
+    def _stage_units(
+        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
+    ) -> tuple[list[UnitRun], tuple[UnitParams, UnitParams]]:
+        """A stage type's units as runs, and two units holding their dense and their expert sums
+        (added one unit at a time: what :func:`~parplan.plan.sharded.sync.optimizer_params` adds,
+        which adds these two to the same figures, ``x + 0.0 == x``)."""
+        key = (strategy.tp, mesh.ep, strategy.pp > 1, *kind[:3])
+        found = self._unit_memo.get(key)
+        if found is None:
+            units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
+            dense, expert = sum(u.dense for u in units), sum(u.expert for u in units)
+            sums = (UnitParams("dense", dense, 0.0), UnitParams("expert", 0.0, expert))
+            found = self._unit_memo[key] = (unit_runs(units), sums)
         return found
+
+    def _calls(
+        self, strategy: ShardedStrategy, mesh: Mesh, stage: tuple[Any, ...], runs: list[UnitRun]
+    ) -> tuple[int, float, float]:
+        """(the number of the stage's sequence of calls, its sync buffer bytes, whether it has
+        gradient calls), memoised on what :func:`~parplan.plan.sharded.sync.stage_sync_runs` reads:
+        the sharding, the bucket, the units and of the ranks whether each group has more than one
+        (and a hybrid shard group's size, which divides its all-reduce)."""
+        s = strategy
+        data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
+        ranks: tuple[Any, ...] = (data > 1, expert > 1)
+        if s.fsdp == "hybrid_shard":
+            ranks += (shard, data > shard)
+        key = (
+            s.zero,
+            s.fsdp,
+            s.framework,
+            s.aggregation.bucket_size_bytes,
+            s.tp,
+            mesh.ep,
+            s.pp > 1,
+            stage,
+            ranks,
+        )
+        found = self._calls_memo.get(key)
+        if found is None:
+            calls = mesh_stage_sync_runs(strategy, runs, self.ctx.model_spec, mesh)
+            signature = (calls.param_gather, calls.grad_sync, calls.param_sync)  # equal calls, equal sums
+            sequence = self._sequence_ids.get(signature)
+            if sequence is None:
+                sequence = self._sequence_ids[signature] = len(self._sequences)
+                self._sequences.append(calls)
+            distinct = [
+                tuple(c for pattern, _ in part for c in pattern)
+                for part in (calls.param_gather, calls.grad_sync)
+            ]
+            view = _View(strategy, (distinct[0],), (distinct[1],))  # the largest call is what counts
+            buffers = sync_buffers(self.ctx, cast("ShardedLayout", view), 0)
+            found = self._calls_memo[key] = (sequence, buffers, float(bool(calls.grad_sync)))
+        return found
+
+    def _summed(
+        self, sequence: int, gids: tuple[int, ...], algorithm: Any, info: DeviceInfo
+    ) -> tuple[float, ...]:
+        """The sums of calls ``sequence`` in the groups numbered ``gids`` (:data:`_SYNC_AXES`):
+        (gather first, gather sum, first gather's SM seconds, the other gathers', scatter last,
+        scatter sum, every scatter's but the last's SM seconds, parameter all-gather sum), each
+        added in call order as ``_stage_sync`` adds them one call at a time (:func:`_sums`)."""
+        calls = self._sequences[sequence]
+        groups = dict(zip(_SYNC_AXES, gids, strict=True))
+        gather_first, _, gather_sum, first_sm, rest_sm, _ = _sums(
+            self._priced(calls.param_gather, groups, algorithm, info)
+        )
+        _, scatter_last, scatter_sum, _, _, scatter_sm = _sums(
+            self._priced(calls.grad_sync, groups, algorithm, info)
+        )
+        synced = _sums(self._priced(calls.param_sync, groups, algorithm, info))[2]
+        return (gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced)
+
+    def _priced(
+        self, runs: Sequence[CallRun], groups: dict[str, int], algorithm: Any, info: DeviceInfo
+    ) -> list[tuple[list[tuple[float, float]], int]]:
+        """``runs`` with each call's (seconds, SM seconds) for the call (:meth:`_timed`)."""
+        return [
+            ([self._timed(c, groups[c.axis], algorithm, info) for c in pattern], n) for pattern, n in runs
+        ]
 
     def _states(self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]) -> float:
         """Weights, gradients and optimizer state in bytes (``stage_memory``'s terms)."""
@@ -275,3 +395,24 @@ class SyncBuilder:
             + grads * spec.bytes_per_grad
             + optimizer * spec.optimizer_bytes_per_param
         )
+
+
+def _sums(runs: Sequence[tuple[Sequence[tuple[float, float]], int]]) -> tuple[float, ...]:
+    """Of every call ``runs`` stands for (each pattern ``count`` times in a row), priced
+    (seconds, SM seconds): (first seconds, last seconds, sum of seconds, SM seconds of the first,
+    of all but the first, of all but the last). Each sum adds the calls one after another in call
+    order from 0, as the layout path's ``sum`` does, so the figures are its figures."""
+    first = last = (0.0, 0.0)
+    total = rest_sm = head_sm = 0.0
+    started = False
+    for pattern, count in runs:
+        for _ in range(count):
+            for pair in pattern:
+                if started:
+                    rest_sm += pair[1]
+                    head_sm += last[1]
+                else:
+                    first, started = pair, True
+                total += pair[0]
+                last = pair
+    return first[0], last[0], total, 0.0 + first[1], rest_sm, head_sm

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parplan.api.search.chunks import ChunkBuilder, Meshes, Micro, applies, group_of
-from parplan.api.search.space import FSDP_MODES, CandidateTable
+from parplan.api.search.space import FSDP_MODES, RECOMPUTE_MODES, CandidateTable, _algorithms
 from parplan.api.search.stages import Sync, SyncBuilder
 from parplan.api.sharded_analytic import (
     StageMicro,
@@ -229,6 +229,8 @@ class _Evaluator:
         device = ctx.network.device(ctx.network.devices[0])
         peak = device.peak_for(search.dtype)
         self.peak = float(peak if peak is not None else device.peak_flop_per_s)
+        self._algorithms = _algorithms(search)
+        self._aggregations: dict[tuple[int, int], Any] = {}
         n = len(table)
         self.step = np.empty(n)
         self.memory = np.empty(n)
@@ -243,16 +245,17 @@ class _Evaluator:
         y_first, y_index = _keys(sub, _SYNC)
         # micro-batch keys laid out without ZeRO (FSDP only for its copies) on one mesh; sync keys
         # re-laid on the first
+        base = sub.strategy(int(k_first[0]), self.search)
         strategies = []
-        for r in k_first:
-            row_strategy = sub.strategy(int(r), self.search)
-            update = {"zero": 0, "fsdp": _COPIES_AS[row_strategy.fsdp]}
-            strategies.append(row_strategy.model_copy(update=update))
+        for r in k_first.tolist():
+            update = self._varying(sub, r)
+            update.update(zero=0, fsdp=_COPIES_AS[update["fsdp"]])
+            strategies.append(base.model_copy(update=update))
         mesh = self.meshes.build(strategies[0])
         sync_strategies = []
-        for r in y_first:
-            row = sub.strategy(int(r), self.search)
-            update = {"zero": row.zero, "fsdp": row.fsdp, "aggregation": row.aggregation}
+        for r in y_first.tolist():
+            row = self._varying(sub, r)
+            update = {"zero": row["zero"], "fsdp": row["fsdp"], "aggregation": row["aggregation"]}
             sync_strategies.append(strategies[0].model_copy(update=update))
         if applies(self.ctx, mesh, strategies[0], self.shape):
             figures = self.chunks.build(mesh, strategies)
@@ -275,6 +278,28 @@ class _Evaluator:
         self.mfu[rows] = achieved / self.peak if self.peak > 0 else 0.0
         self._bound(rows, micro, sync, step, m)
         self._memory(rows, figures, states, k_index, y_index)
+
+    def _varying(self, sub: CandidateTable, r: int) -> dict[str, Any]:
+        """Row ``r``'s values of the fields that vary inside a structure, as
+        :meth:`~parplan.api.search.space.CandidateTable.strategy` sets them: a copy of the
+        structure's first strategy updated with them is that row's strategy, without validating
+        each (the enumeration kept only rows that validate)."""
+        from parplan.config.strategy import AggregationSpec
+
+        key = (int(sub.algorithm[r]), int(sub.bucket[r]))
+        aggregation = self._aggregations.get(key)
+        if aggregation is None:
+            aggregation = self._aggregations[key] = AggregationSpec(
+                algorithm=self._algorithms[key[0]], bucket_size_bytes=self.search.bucket_sizes_bytes[key[1]]
+            )
+        return {
+            "microbatch_size": int(sub.microbatch_size[r]),
+            "sequence_parallel": bool(sub.sequence_parallel[r]),
+            "recompute": RECOMPUTE_MODES[int(sub.recompute[r])],
+            "zero": int(sub.zero[r]),
+            "fsdp": FSDP_MODES[int(sub.fsdp[r])],
+            "aggregation": aggregation,
+        }
 
     def _bound(
         self, rows: np.ndarray, micro: StageMicro, sync: StageSync, step: StepFigures, m: np.ndarray

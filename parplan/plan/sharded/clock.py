@@ -73,26 +73,26 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
             k = index.get(head)
             return None if k is None or not tail else (k, tail)
 
-        signatures: list[list[Any]] = [[] for _ in nodes]
+        elements: list[dict[str, dict[str, Any]]] = [{} for _ in nodes]  # name in node -> attributes
+        links: list[dict[tuple[Any, Any], dict[str, Any]]] = [{} for _ in nodes]  # (from, to) -> attributes
         ok = True
         for name, attrs in graph.nodes(data=True):
             where = owner(name)
             if where is not None:
-                kept = sorted((k, repr(v)) for k, v in attrs.items() if k != "group")
-                signatures[where[0]].append(("element", where[1], kept))
+                elements[where[0]][where[1]] = {k: v for k, v in attrs.items() if k != "group"}
         for u, v, attrs in graph.edges(data=True):
             a, b = owner(u), owner(v)
             if a is not None and b is not None and a[0] != b[0]:
                 ok = False  # nodes linked directly: not every permutation keeps the links
                 break
-            kept = sorted((k, repr(x)) for k, x in attrs.items() if k not in _EDGE_NAMES)
+            kept = {k: x for k, x in attrs.items() if k not in _EDGE_NAMES}
             if a is not None:
-                signatures[a[0]].append(("link", a[1], b[1] if b is not None else ("", str(v)), kept))
+                links[a[0]][(a[1], b[1] if b is not None else ("", str(v)))] = kept
             elif b is not None:
-                signatures[b[0]].append(("link", ("", str(u)), b[1], kept))
-        if ok:
-            first = sorted(signatures[0], key=repr)
-            ok = all(sorted(sig, key=repr) == first for sig in signatures[1:])
+                links[b[0]][(("", str(u)), b[1])] = kept
+        # the same elements and links, with the same attributes, on every node (names are unique
+        # in a node and a link's ends in the graph, so equal dicts are equal multisets)
+        ok = ok and all(e == elements[0] for e in elements[1:]) and all(k == links[0] for k in links[1:])
         if ok:
             devices = {d: owner(d) for d in network.devices}
             if all(w is not None for w in devices.values()):
@@ -212,11 +212,15 @@ class GroupClock:
 
     def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """The ranks of ``devices`` by node (cached per cluster)."""
-        from parplan.topology.placement import groups_by_node
+        from parplan.topology.placement import groups_by_key
 
         found = self._groups_by_node.get(devices)
         if found is None:
-            found = tuple(tuple(g) for g in groups_by_node(self.network, devices))
+            # groups_by_node's keys, read off the graph (its DeviceInfo per device costs more than
+            # the grouping)
+            attrs = self.network.graph.nodes
+            keys = [("group", g) if (g := attrs[d].get("group")) else ("device", d) for d in devices]
+            found = tuple(tuple(g) for g in groups_by_key(keys))
             self._groups_by_node[devices] = found
         return found
 
@@ -224,9 +228,10 @@ class GroupClock:
         """The worst latency, the narrowest route's bandwidth and whether every pair is one hop."""
         net = self.network
         worst_lat, worst_bw, direct = 0.0, float("inf"), True
-        if self._symmetry is not None:
-            copies = (self.canonical((a, b)) for a, b in pairs)
-            pairs = {(c[0], c[1]) for c in copies}  # a pair's route is its copy's
+        if self._symmetry is not None:  # a pair's route is its copy's on the first nodes (canonical)
+            nodes, where = self._symmetry
+            alike = {(where[a][1], where[b][1], where[a][0] == where[b][0]) for a, b in pairs}
+            pairs = {(f"{nodes[0]}.{a}", f"{nodes[0 if same else 1]}.{b}") for a, b, same in alike}
         for a, b in pairs:
             channels, latency = net.route(a, b)
             worst_lat = max(worst_lat, latency)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal, get_args
 
 from parplan.config.strategy import ShardedStrategy
@@ -62,17 +63,21 @@ class Mesh:
     sizes: Mapping[str, int]
     digits: tuple[tuple[str, int], ...]
     nodes: tuple[str, ...]
-    _index: dict[str, int] = field(init=False, repr=False, compare=False)
     _strides: dict[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", {d: i for i, d in enumerate(self.devices)})
         strides: dict[str, int] = {}
         stride = 1
         for name, size in self.digits:
             strides[name] = stride
             stride *= size
         object.__setattr__(self, "_strides", strides)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        """Each device's rank, built on first use (a search builds many meshes of thousands of
+        devices and asks few of them a device's rank)."""
+        return {d: i for i, d in enumerate(self.devices)}
 
     # -- sizes -----------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ arrays over many plans at once (:mod:`parplan.api.search.chunks`), so both read 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from parplan.config.strategy import ShardedStrategy
 from parplan.plan.compute import (
@@ -19,11 +19,14 @@ from parplan.plan.compute import (
 )
 from parplan.plan.sharded.sync import (
     StageSync,
+    StageSyncRuns,
     UnitParams,
+    UnitRun,
     accumulation_bytes,
     fsdp_copy_bytes,
     gathered_param_bytes,
     stage_sync,
+    stage_sync_runs,
 )
 
 if TYPE_CHECKING:
@@ -111,18 +114,29 @@ def optimizer_seconds(
     return owned_params * per_param / memory_bandwidth_Bps(info)
 
 
+def _mesh_sync_args(strategy: ShardedStrategy, spec: ModelSpec, mesh: Mesh) -> dict[str, Any]:
+    """:func:`~parplan.plan.sharded.sync.stage_sync`'s keyword arguments on ``mesh``: the model's
+    gradient and gathered parameter bytes, the mesh's data, expert and shard groups."""
+    data_ranks = mesh.dp * mesh.cp
+    return {
+        "grad_bytes": spec.bytes_per_grad,
+        "param_bytes": gathered_param_bytes(spec.bytes_per_param, strategy.dtype),
+        "shard_group": mesh.sizes["dp_shard"],
+        "data_ranks": data_ranks,
+        "expert_ranks": data_ranks // mesh.ep,
+    }
+
+
 def mesh_stage_sync(
     strategy: ShardedStrategy, units: Sequence[UnitParams], spec: ModelSpec, mesh: Mesh
 ) -> StageSync:
-    """:func:`~parplan.plan.sharded.sync.stage_sync` of a stage holding ``units`` on ``mesh``: the
-    model's gradient and gathered parameter bytes, the mesh's data, expert and shard groups."""
-    data_ranks = mesh.dp * mesh.cp
-    return stage_sync(
-        strategy,
-        units,
-        grad_bytes=spec.bytes_per_grad,
-        param_bytes=gathered_param_bytes(spec.bytes_per_param, strategy.dtype),
-        shard_group=mesh.sizes["dp_shard"],
-        data_ranks=data_ranks,
-        expert_ranks=data_ranks // mesh.ep,
-    )
+    """:func:`~parplan.plan.sharded.sync.stage_sync` of a stage holding ``units`` on ``mesh``."""
+    return stage_sync(strategy, units, **_mesh_sync_args(strategy, spec, mesh))
+
+
+def mesh_stage_sync_runs(
+    strategy: ShardedStrategy, runs: Sequence[UnitRun], spec: ModelSpec, mesh: Mesh
+) -> StageSyncRuns:
+    """:func:`mesh_stage_sync` in run-length form (:func:`~parplan.plan.sharded.sync.stage_sync_runs`:
+    the same calls, equal units' repeated)."""
+    return stage_sync_runs(strategy, runs, **_mesh_sync_args(strategy, spec, mesh))

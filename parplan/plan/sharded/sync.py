@@ -130,21 +130,113 @@ def state_sharded(strategy: ShardedStrategy) -> bool:
     return strategy.zero >= 1 or strategy.fsdp != "none"
 
 
-def _buckets(units: Sequence[UnitParams], kind: str, bucket_params: float) -> list[float]:
-    """Parameter counts of the buckets of ``kind`` ("dense"/"expert") filled in backward order."""
-    out: list[float] = []
+CallRun = tuple[tuple[CommCall, ...], int]
+"""A pattern of calls made ``count`` times in a row (run-length form: what equal units make)."""
+UnitRun = tuple[UnitParams, int]
+"""``count`` equal units in a row (model order)."""
+
+
+@dataclass(frozen=True)
+class StageSyncRuns:
+    """:class:`StageSync` in run-length form: each field's calls as patterns repeated in a row, so
+    a stage of N equal blocks is a few runs instead of N calls (what a search prices); the same
+    calls in the same order, one for one, as :func:`stage_sync`'s (:meth:`expanded`)."""
+
+    param_gather: tuple[CallRun, ...]
+    grad_sync: tuple[CallRun, ...]
+    param_sync: tuple[CallRun, ...]
+
+    def expanded(self) -> StageSync:
+        """The calls one by one (labels are the first unit's or bucket's of each run)."""
+
+        def flat(runs: tuple[CallRun, ...]) -> tuple[CommCall, ...]:
+            return tuple(c for pattern, count in runs for _ in range(count) for c in pattern)
+
+        return StageSync(flat(self.param_gather), flat(self.grad_sync), flat(self.param_sync))
+
+
+def unit_runs(units: Sequence[UnitParams]) -> list[UnitRun]:
+    """``units`` with consecutive units of equal parameters merged (the first one's name kept)."""
+    out: list[UnitRun] = []
+    for u in units:
+        if out and (out[-1][0].dense, out[-1][0].expert) == (u.dense, u.expert):
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((u, 1))
+    return out
+
+
+def _bucket_runs(params: Sequence[tuple[float, int]], bucket_params: float) -> list[tuple[float, int]]:
+    """Parameter counts of the gradient buckets filled in backward order from runs of (unit
+    parameters, count) given in backward order (units without parameters skipped), as runs of
+    (bucket parameters, count): a unit joins the open bucket, which closes once it reaches
+    ``bucket_params``. The sums are the one-by-one sums: after a bucket closes the next fills from
+    0.0 with the same additions, so a run of equal units closes equal buckets of ``k`` units each
+    (worked out once) and only the units before the first close and after the last are added
+    one by one."""
+    out: list[tuple[float, int]] = []
+
+    def close(value: float, count: int = 1) -> None:
+        if out and out[-1][0] == value:
+            out[-1] = (value, out[-1][1] + count)
+        else:
+            out.append((value, count))
+
     current = 0.0
-    for u in reversed(units):
-        p = u.dense if kind == "dense" else u.expert
+    for p, n in params:
         if p <= 0:
             continue
-        current += p
-        if current >= bucket_params:
-            out.append(current)
-            current = 0.0
+        while n > 0 and current < bucket_params:  # the open bucket: until it closes
+            current += p
+            n -= 1
+            if current >= bucket_params:
+                close(current)
+                current = 0.0
+                break
+        if n <= 0:
+            continue
+        cycle, k = 0.0, 0  # from an empty bucket: k units close one
+        while k < n:
+            cycle += p
+            k += 1
+            if cycle >= bucket_params:
+                break
+        if cycle < bucket_params:  # the run ends before one closes
+            current = cycle
+            continue
+        close(cycle, n // k)
+        for _ in range(n % k):
+            current += p
     if current > 0:
-        out.append(current)
+        close(current)
     return out
+
+
+def _buckets(units: Sequence[UnitParams], kind: str, bucket_params: float) -> list[float]:
+    """Parameter counts of the buckets of ``kind`` ("dense"/"expert") filled in backward order."""
+    params = [(u.dense if kind == "dense" else u.expert, 1) for u in reversed(units)]
+    return [value for value, count in _bucket_runs(params, bucket_params) for _ in range(count)]
+
+
+def _bucket_calls(
+    strategy: ShardedStrategy,
+    kind: str,
+    axis: CommAxis,
+    params: float,
+    k: int,
+    grad_bytes: float,
+    param_bytes: float,
+) -> tuple[CommCall, CommCall | None]:
+    """Bucket ``k``'s gradient call and, under ZeRO >= 1, its parameter all-gather."""
+    label = f"{kind} bucket{k}"
+    if strategy.zero == 0 or (strategy.framework == "deepspeed" and strategy.zero == 1):
+        grad = CommCall("all_reduce", params * grad_bytes, axis, False, f"dp all-reduce {label}")
+    else:
+        grad = CommCall("reduce_scatter", params * grad_bytes, axis, False, f"dp reduce-scatter {label}")
+    gather = None
+    if strategy.zero > 0:
+        gather = CommCall("all_gather", params * param_bytes, axis, False, f"dp param all-gather {label}")
+    return grad, gather
 
 
 def stage_sync(
@@ -172,18 +264,88 @@ def stage_sync(
             continue
         ax: CommAxis = "dp_cp" if axis == "dp_cp" else "edp"
         for k, n in enumerate(_buckets(units, kind, bucket_params)):
-            label = f"{kind} bucket{k}"
-            if strategy.zero == 0 or (strategy.framework == "deepspeed" and strategy.zero == 1):
-                grads.append(CommCall("all_reduce", n * grad_bytes, ax, False, f"dp all-reduce {label}"))
-            else:
-                grads.append(
-                    CommCall("reduce_scatter", n * grad_bytes, ax, False, f"dp reduce-scatter {label}")
-                )
-            if strategy.zero > 0:
-                params.append(
-                    CommCall("all_gather", n * param_bytes, ax, False, f"dp param all-gather {label}")
-                )
+            grad, gather = _bucket_calls(strategy, kind, ax, n, k, grad_bytes, param_bytes)
+            grads.append(grad)
+            if gather is not None:
+                params.append(gather)
     return StageSync((), tuple(grads), tuple(params))
+
+
+def stage_sync_runs(
+    strategy: ShardedStrategy,
+    runs: Sequence[UnitRun],
+    *,
+    grad_bytes: float,
+    param_bytes: float,
+    shard_group: int,
+    data_ranks: int,
+    expert_ranks: int,
+) -> StageSyncRuns:
+    """:func:`stage_sync` of the units ``runs`` stands for, in run-length form (the same rules:
+    :func:`_bucket_runs`, :func:`_bucket_calls`, :func:`_unit_calls`)."""
+    if fully_sharded(strategy):
+        ranks = (shard_group, data_ranks, expert_ranks)
+        per_run = [(_unit_calls(strategy, u, grad_bytes, param_bytes, *ranks), n) for u, n in runs]
+        gathers = tuple((calls[0], n) for calls, n in per_run if calls[0])
+        grads = tuple((calls[1], n) for calls, n in reversed(per_run) if calls[1])
+        return StageSyncRuns(gathers, grads, ())
+    bucket_params = strategy.aggregation.bucket_size_bytes / grad_bytes
+    grad_runs: list[CallRun] = []
+    param_runs: list[CallRun] = []
+    for kind, axis, data in (("dense", "dp_cp", data_ranks), ("expert", "edp", expert_ranks)):
+        if data <= 1:
+            continue
+        ax: CommAxis = "dp_cp" if axis == "dp_cp" else "edp"
+        params = [(u.dense if kind == "dense" else u.expert, n) for u, n in reversed(runs)]
+        k = 0
+        for n, count in _bucket_runs(params, bucket_params):
+            grad, gather = _bucket_calls(strategy, kind, ax, n, k, grad_bytes, param_bytes)
+            grad_runs.append(((grad,), count))
+            if gather is not None:
+                param_runs.append(((gather,), count))
+            k += count
+    return StageSyncRuns((), tuple(grad_runs), tuple(param_runs))
+
+
+def _unit_calls(
+    strategy: ShardedStrategy,
+    u: UnitParams,
+    grad_bytes: float,
+    param_bytes: float,
+    shard_group: int,
+    data_ranks: int,
+    expert_ranks: int,
+) -> tuple[tuple[CommCall, ...], tuple[CommCall, ...]]:
+    """One unit's calls under ZeRO-3 / FSDP: (its gathers, its gradient calls)."""
+    hybrid = strategy.fsdp == "hybrid_shard"
+    shard_axis: CommAxis = "dp_shard" if hybrid else "dp_cp"
+    shard_ranks = shard_group if hybrid else data_ranks
+    gathers: list[CommCall] = []
+    grads: list[CommCall] = []
+    if u.dense > 0 and shard_ranks > 1:
+        gathers.append(
+            CommCall("all_gather", u.dense * param_bytes, shard_axis, False, f"fsdp gather {u.name}")
+        )
+    if u.expert > 0 and expert_ranks > 1:
+        gathers.append(
+            CommCall("all_gather", u.expert * param_bytes, "edp", False, f"fsdp gather {u.name} experts")
+        )
+    if u.dense > 0 and shard_ranks > 1:
+        grads.append(
+            CommCall(
+                "reduce_scatter", u.dense * grad_bytes, shard_axis, False, f"fsdp reduce-scatter {u.name}"
+            )
+        )
+    if hybrid and u.dense > 0 and data_ranks > shard_ranks:
+        shard = u.dense * grad_bytes / shard_ranks
+        grads.append(CommCall("all_reduce", shard, "dp_replicate", False, f"hsdp all-reduce {u.name}"))
+    if u.expert > 0 and expert_ranks > 1:
+        grads.append(
+            CommCall(
+                "reduce_scatter", u.expert * grad_bytes, "edp", False, f"fsdp reduce-scatter {u.name} experts"
+            )
+        )
+    return tuple(gathers), tuple(grads)
 
 
 def _fsdp_sync(
@@ -195,41 +357,13 @@ def _fsdp_sync(
     data_ranks: int,
     expert_ranks: int,
 ) -> StageSync:
-    hybrid = strategy.fsdp == "hybrid_shard"
-    shard_axis: CommAxis = "dp_shard" if hybrid else "dp_cp"
-    shard_ranks = shard_group if hybrid else data_ranks
-    gathers: list[CommCall] = []
-    grads: list[CommCall] = []
-    for u in units:
-        if u.dense > 0 and shard_ranks > 1:
-            gathers.append(
-                CommCall("all_gather", u.dense * param_bytes, shard_axis, False, f"fsdp gather {u.name}")
-            )
-        if u.expert > 0 and expert_ranks > 1:
-            gathers.append(
-                CommCall("all_gather", u.expert * param_bytes, "edp", False, f"fsdp gather {u.name} experts")
-            )
-    for u in reversed(units):
-        if u.dense > 0 and shard_ranks > 1:
-            grads.append(
-                CommCall(
-                    "reduce_scatter", u.dense * grad_bytes, shard_axis, False, f"fsdp reduce-scatter {u.name}"
-                )
-            )
-        if hybrid and u.dense > 0 and data_ranks > shard_ranks:
-            shard = u.dense * grad_bytes / shard_ranks
-            grads.append(CommCall("all_reduce", shard, "dp_replicate", False, f"hsdp all-reduce {u.name}"))
-        if u.expert > 0 and expert_ranks > 1:
-            grads.append(
-                CommCall(
-                    "reduce_scatter",
-                    u.expert * grad_bytes,
-                    "edp",
-                    False,
-                    f"fsdp reduce-scatter {u.name} experts",
-                )
-            )
-    return StageSync(tuple(gathers), tuple(grads), ())
+    per_unit = [
+        _unit_calls(strategy, u, grad_bytes, param_bytes, shard_group, data_ranks, expert_ranks)
+        for u in units
+    ]
+    gathers = tuple(c for calls in per_unit for c in calls[0])
+    grads = tuple(c for calls in reversed(per_unit) for c in calls[1])
+    return StageSync(gathers, grads, ())
 
 
 def optimizer_params(
