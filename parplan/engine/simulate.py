@@ -45,7 +45,10 @@ The parts, each in its own module with its own tests:
 - :mod:`~parplan.engine.tasks`: the engine's only view of the task graph, and task readiness;
 - :mod:`~parplan.engine.streams`: per-device compute and reduction streams;
 - :mod:`~parplan.engine.symmetry`: a run simulated once per orbit of a rotation of its devices
-  (``quotient``), exact where the network was checked to respect it.
+  (``quotient``), exact where the network was checked to respect it;
+- :mod:`~parplan.engine.replay` over :mod:`~parplan.engine.blocks`: a collective that repeats (a
+  data-parallel bucket's all-reduce) simulated once and replayed bit for bit where that is
+  provably exact; a run whose replayed window something met runs again with it simulated.
 
 This module is the driver that wires them: tasks become ready, markers cascade, compute goes to
 its stream, transfers to their routes and flows, arrivals to the reduction streams.
