@@ -78,6 +78,8 @@ class _Recording:
     flushes: int
     log: FlowLog
     exit_mask: npt.NDArray[np.bool_]
+    lo: int = 0  # the block's tasks, as Python ints for the hooks' scalar checks
+    hi: int = 0
     exits: list[tuple[float, IntArray]] = field(default_factory=list)
     steps: list[tuple[float, float]] = field(default_factory=list)
     done: int = 0
@@ -160,12 +162,11 @@ class Replays:
         if now <= self.guard_hi:
             raise ReplayConflict("a transfer issued while a replayed block runs", self._guard_blk)
         rec = self.recording
-        blk = int(self.block_of[int(tasks[0])])
-        if rec is not None:
-            if blk == rec.block and int(self.block_of[int(tasks[-1])]) == blk:
-                return False
-            rec.log.clean = False  # another transfer meets the recorded window
+        if rec is not None:  # tasks come sorted: the first and last tell whether all are the block's
+            if not (rec.lo <= int(tasks[0]) and int(tasks[-1]) < rec.hi):
+                rec.log.clean = False  # another transfer meets the recorded window
             return False
+        blk = int(self.block_of[int(tasks[0])])
         if blk < 0 or self.seen[blk]:
             return False
         self.seen[blk] = True
@@ -188,7 +189,10 @@ class Replays:
         if self.kernel.now <= self.guard_hi:
             raise ReplayConflict("a transfer arrived while a replayed block runs", self._guard_blk)
         rec = self.recording
-        if rec is not None and not (self.lo[rec.block] <= tasks.min() and tasks.max() < self.hi[rec.block]):
+        if rec is None:
+            return
+        first, last = (int(tasks[0]),) * 2 if len(tasks) == 1 else (int(tasks.min()), int(tasks.max()))
+        if not (rec.lo <= first and last < rec.hi):
             rec.log.clean = False
 
     def completed(self, tasks: IntArray) -> None:
@@ -196,10 +200,11 @@ class Replays:
         rec = self.recording
         if rec is None:
             return
-        lo, hi = int(self.lo[rec.block]), int(self.hi[rec.block])
-        inside = tasks[(tasks >= lo) & (tasks < hi)]
-        if not len(inside):
+        lo, hi = rec.lo, rec.hi
+        first, last = int(tasks[0]), int(tasks[-1])  # tasks come sorted
+        if last < lo or first >= hi:
             return
+        inside = tasks if lo <= first and last < hi else tasks[(tasks >= lo) & (tasks < hi)]
         rec.done += len(inside)
         exits = inside[rec.exit_mask[inside - lo]]
         if len(exits):
@@ -210,7 +215,7 @@ class Replays:
         at ``t_clock``); ends the recording once its block is done."""
         rec = self.recording
         assert rec is not None
-        if rec.done == int(self.hi[rec.block] - self.lo[rec.block]):
+        if rec.done == rec.hi - rec.lo:
             self._finish(rec)
             return
         fired = t_clock <= horizon(t)
@@ -255,12 +260,14 @@ class Replays:
     # -- recording -----------------------------------------------------------------------------
     def _start(self, blk: int, now: float) -> None:
         flows = self.flows
-        if not self._idle():
-            return
+        lo, hi = int(self.lo[blk]), int(self.hi[blk])
+        receivers = self.tasks.dst[lo:hi][self.tasks.reduce[lo:hi]]
+        if not self._idle() or (len(receivers) and float(self.reduction.free[receivers].max()) > now):
+            return  # the window would start behind other work: not one to lay down elsewhere
         log = FlowLog()
         self.recording = _Recording(
             blk, now, self._slot_state(), (flows.exclusive, flows.sharing), flows.cache.flushes, log,
-            self._exit_mask(blk),
+            self._exit_mask(blk), int(self.lo[blk]), int(self.hi[blk]),
         )  # fmt: skip
         flows.log = log
         self.reduction.log = log

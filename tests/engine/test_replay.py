@@ -117,3 +117,27 @@ def test_blocks_are_repeated_collectives() -> None:
     assert len(set(keys)) < len(keys)  # some content repeats
     # The last block of a size, followed by another collective, is simulated, not replayed.
     assert changes and all(keys[i] != keys[i + 1] for i in changes if i + 1 < len(keys))
+
+
+def test_a_met_replay_runs_again_with_that_block_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the rule that simulates the last bucket of a size at once, its replayed window is
+    met by the next bucket (ReplayConflict): the run starts again with it simulated, and the
+    result is still the full simulation's."""
+    import parplan.engine.replay as replay
+    import parplan.engine.simulate as engine
+
+    graph, ctx = _graph({"num_replicas": 8, "bucket_size": "25MiB"})
+    found = replay.find_blocks
+    monkeypatch.setattr(replay, "find_blocks", lambda tasks, deps: (*found(tasks, deps)[:3], []))
+    runs: list[frozenset[int]] = []
+    init = engine._Engine.__init__
+
+    def counting(self: Any, *args: Any, **kwargs: Any) -> None:
+        runs.append(kwargs.get("excluded", frozenset()))
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine._Engine, "__init__", counting)
+    replayed, full = _both(graph, ctx, monkeypatch)
+    _same(replayed, full)
+    assert len(runs) == 3 and runs[1]  # replayed, met, run again; then the full run
+    assert replayed.num_events * 2 < full.num_events
