@@ -173,6 +173,7 @@ class AllocationCache:
         self.sharing = sharing
         self._cache: dict[bytes, Allocation] = {}
         self._bytes = 0
+        self.flushes = 0  # times the cache was emptied (a recorded window must see none)
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -208,6 +209,7 @@ class AllocationCache:
             self.flush_busy()
             self._cache.clear()
             self._bytes = 0
+            self.flushes += 1
         self._cache[key] = alloc
         self._bytes += alloc.nbytes
         return alloc

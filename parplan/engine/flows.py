@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,6 +36,9 @@ from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IntArray, TaskCo
 from parplan.engine.kernel import ARRIVE, START, Kernel, horizon
 from parplan.engine.recorder import Recorder
 from parplan.engine.routes import RouteTable
+
+if TYPE_CHECKING:
+    from parplan.engine.blocks import FlowLog
 
 
 class Flows:
@@ -81,6 +85,8 @@ class Flows:
         self.ch_until = np.full(routes.num_channels + 1, -math.inf)
         self.alloc: Allocation | None = None
         self.t_used = 0.0
+        self.pending_starts = 0  # START events pushed and not yet handled
+        self.log: FlowLog | None = None  # a recorded window's log (parplan.engine.replay)
 
     # -- the kernel's clock ------------------------------------------------------------------
     def next_instant(self) -> float:
@@ -93,7 +99,10 @@ class Flows:
         """Flows whose last byte is in (ties within the kernel's horizon are grouped) arrive now."""
         done = (self.s_finish <= horizon(self.kernel.now)).nonzero()[0]
         tasks = self.s_task[done]
+        last_fired = float(self.s_finish[done].max()) if self.log is not None and len(done) else 0.0
         self._release(done)
+        if self.log is not None:  # recording a window (parplan.engine.replay): the tie margins
+            self.log.fired(last_fired, float(self.s_finish.min()), self.kernel.now)
         if self.exclusive:
             self.next_finish = float(self.s_finish.min())
         else:
@@ -120,14 +129,14 @@ class Flows:
             if latency == 0.0:
                 self._activate(tasks, rids)
             else:
-                self.kernel.push(now + latency, START, (tasks, rids))
+                self._push_start(now + latency, tasks, rids)
             return
         lo, hi = min_max(lat)
         if lo == hi:
             if lo == 0.0:
                 self._activate(tasks, rids)
             else:
-                self.kernel.push(now + lo, START, (tasks, rids))
+                self._push_start(now + lo, tasks, rids)
             return
         order = np.argsort(lat, kind="stable")
         l_sorted = lat[order]
@@ -137,12 +146,17 @@ class Flows:
             if latency == 0.0:
                 self._activate(tasks[idx], rids[idx])
             else:
-                self.kernel.push(now + latency, START, (tasks[idx], rids[idx]))
+                self._push_start(now + latency, tasks[idx], rids[idx])
 
     def activate(self, payload: tuple[IntArray, IntArray]) -> None:
         """START handler: these transfers' latency has elapsed; their bytes start moving now."""
         tasks, rids = payload
+        self.pending_starts -= 1
         self._activate(tasks, rids)
+
+    def _push_start(self, time: float, tasks: IntArray, rids: IntArray) -> None:
+        self.pending_starts += 1
+        self.kernel.push(time, START, (tasks, rids))
 
     def _activate(self, tasks: IntArray, rids: IntArray) -> None:
         now = self.kernel.now
@@ -155,6 +169,8 @@ class Flows:
                 self.kernel.push(now, ARRIVE, tasks)
                 return
             self.rec.route_bytes[rids[0]] += sizes[0]
+            if self.log is not None:
+                self.log.add_bytes(rids, sizes)
         else:
             zero = sizes <= 0
             if np.count_nonzero(zero):
@@ -164,6 +180,8 @@ class Flows:
                 if not len(tasks):
                     return
             np.add.at(self.rec.route_bytes, rids, sizes)
+            if self.log is not None:
+                self.log.add_bytes(rids, sizes)
         # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
         slots = self._take_slots(len(tasks))
         if len(slots) == 1:
@@ -204,6 +222,8 @@ class Flows:
             clash = bool(routes.multi[rids].any())
         self._sync()
         np.add.at(self.rec.route_bytes, rids, sizes)
+        if self.log is not None:
+            self.log.add_bytes(rids, sizes)
         rate = routes.narrowest_Bps[rids]
         if self.rate_cap_Bps is not None:
             rate = np.minimum(rate, self.rate_cap_Bps.take(tasks))
@@ -217,6 +237,8 @@ class Flows:
         self.s_rate[slots] = rate
         self.s_finish[slots] = finish
         np.add.at(self.rec.route_busy_s, rids, finish - starts)
+        if self.log is not None:
+            self.log.add_busy(rids, finish - starts)
         if clash:
             self._enter_shared()
             return
@@ -230,11 +252,13 @@ class Flows:
         now = self.kernel.now
         self.exclusive = False
         self.dirty = True
-        live = np.flatnonzero(self.s_task >= 0)
+        live = self._by_task(np.flatnonzero(self.s_task >= 0))
         starts, finish, rids = self.s_start[live], self.s_finish[live], self.s_rid[live]
         ahead = starts > now
         # Un-book the exclusive busy time after now (all of it for flows not yet moving).
         np.add.at(self.rec.route_busy_s, rids, -(finish - np.maximum(starts, now)))
+        if self.log is not None:
+            self.log.add_busy(rids, -(finish - np.maximum(starts, now)))
         self.ch_until.fill(-math.inf)
         self.alloc = None  # the moving flows' channels are booked from the recomputation on
         self.t_used = now
@@ -243,19 +267,24 @@ class Flows:
             return
         tasks, rids, starts = self.s_task[pending], self.s_rid[pending], self.s_start[pending]
         np.add.at(self.rec.route_bytes, rids, -self.size_bytes.take(tasks))
+        if self.log is not None:
+            self.log.add_bytes(rids, -self.size_bytes.take(tasks))
         self._release(pending)
         order = np.lexsort((tasks, starts))
         tasks, rids, starts = tasks[order], rids[order], starts[order]
         for a, b in runs(starts):
-            self.kernel.push(float(starts[a]), START, (tasks[a:b], rids[a:b]))
+            self._push_start(float(starts[a]), tasks[a:b], rids[a:b])
 
     def _leave_shared(self, live: IntArray) -> None:
         """Back to the exclusive regime (no channel shared any more): close the channels' busy
         intervals now and book the rest of each moving flow per route."""
         self.exclusive = True
         self.alloc = None
+        live = self._by_task(live)
         rids, finish = self.s_rid[live], self.s_finish[live]
         np.add.at(self.rec.route_busy_s, rids, finish - self.kernel.now)
+        if self.log is not None:
+            self.log.add_busy(rids, finish - self.kernel.now)
         routes = self.routes
         width = routes.channels.shape[1]
         pc = routes.channels[rids].ravel()
@@ -273,6 +302,8 @@ class Flows:
         self._sync()
         if self.alloc is not None:
             self.alloc.busy_s += now - self.t_used
+            if self.log is not None:
+                self.log.add_alloc(self.alloc, now - self.t_used)
         self.t_used = now
         live = (self.s_task >= 0).nonzero()[0]
         if not len(live):
@@ -303,6 +334,26 @@ class Flows:
         self.t_sync = now
 
     # -- slots -------------------------------------------------------------------------------
+    def _by_task(self, slots: IntArray) -> IntArray:
+        """``slots`` in the order of their flows' task ids: what is booked per flow is summed in an
+        order that does not depend on which slots the flows happened to take (so a window replayed
+        from another slot layout adds the same bits: :mod:`parplan.engine.replay`)."""
+        if len(slots) < 2:
+            return slots
+        ordered: IntArray = slots[np.argsort(self.s_task[slots], kind="stable")]
+        return ordered
+
+    def reset_slots(self, length: int, free_stack: IntArray) -> None:
+        """Every slot free, ``length`` of them, the free stack as given (a replayed window's end)."""
+        self.s_task = np.full(length, -1, dtype=np.int64)
+        self.s_rid = np.zeros(length, dtype=np.int64)
+        self.s_start = np.zeros(length)
+        self.s_rem = np.zeros(length)
+        self.s_rate = np.zeros(length)
+        self.s_finish = np.full(length, math.inf)
+        self.free_slots = np.array(free_stack, dtype=np.int64)
+        self.n_free = length
+
     def _release(self, slots: IntArray) -> None:
         if len(slots) == 1:  # scalar writes beat five fancy-index scatters
             i = int(slots[0])

@@ -74,9 +74,16 @@ class Kernel:
         self.heap: list[tuple[float, int, int, object]] = []
         self.seq = 0
         self.num_events = 0  # distinct instants the run stopped at
+        # Replay hooks (parplan.engine.replay): events pushed at or before ``guard_until`` go to
+        # ``guard`` first; ``watch`` sees each step's instant and the clock's before it happens.
+        self.guard_until = -math.inf
+        self.guard: Callable[[float], None] | None = None
+        self.watch: Callable[[float, float], None] | None = None
 
     def push(self, time: float, kind: int, payload: object) -> None:
         """Schedule ``payload`` for its ``kind``'s handler at ``time``."""
+        if time <= self.guard_until and self.guard is not None:
+            self.guard(time)
         heapq.heappush(self.heap, (time, kind, self.seq, payload))
         self.seq += 1
 
@@ -100,6 +107,8 @@ class Kernel:
         while True:
             t_clock = clock.next_instant()
             t = min(heap[0][0] if heap else math.inf, t_clock)
+            if self.watch is not None:
+                self.watch(t, t_clock)
             if t == math.inf:
                 return
             self.now = t

@@ -45,7 +45,10 @@ The parts, each in its own module with its own tests:
 - :mod:`~parplan.engine.tasks`: the engine's only view of the task graph, and task readiness;
 - :mod:`~parplan.engine.streams`: per-device compute and reduction streams;
 - :mod:`~parplan.engine.symmetry`: a run simulated once per orbit of a rotation of its devices
-  (``quotient``), exact where the network was checked to respect it.
+  (``quotient``), exact where the network was checked to respect it;
+- :mod:`~parplan.engine.replay` over :mod:`~parplan.engine.blocks`: a collective that repeats (a
+  data-parallel bucket's all-reduce) simulated once and replayed bit for bit where that is
+  provably exact; a run whose replayed window something met runs again with it simulated.
 
 This module is the driver that wires them: tasks become ready, markers cascade, compute goes to
 its stream, transfers to their routes and flows, arrivals to the reduction streams.
@@ -69,6 +72,7 @@ from parplan.engine.arrays import IntArray, min_max
 from parplan.engine.flows import Flows
 from parplan.engine.kernel import ARRIVE, COMPUTE_DONE, DONE, START, Handler, Kernel
 from parplan.engine.recorder import Recorder
+from parplan.engine.replay import ReplayConflict, Replays
 from parplan.engine.result import SimResult
 from parplan.engine.routes import RouteTable
 from parplan.engine.streams import ComputeStreams, ReductionStreams, device_rates
@@ -112,8 +116,20 @@ def simulate(
     >>> round(simulate(b.build(), Network(g)).makespan_s, 9)
     2.000001
     """
-    engine = _Engine(TaskView.of(graph), network, gamma_s_per_byte, link_sharing, quotient)
-    engine.run()
+    view = TaskView.of(graph)
+    excluded: frozenset[int] = frozenset()
+    while True:
+        # Repeated collectives are replayed where that is exact; a replayed block that something
+        # met is simulated in the next run (every transfer, after MAX_REPLAY_RUNS runs).
+        replay = len(excluded) < MAX_REPLAY_RUNS
+        engine = _Engine(
+            view, network, gamma_s_per_byte, link_sharing, quotient, replay=replay, excluded=excluded
+        )
+        try:
+            engine.run()
+            break
+        except ReplayConflict as conflict:
+            excluded = excluded | {conflict.block}
     result = engine.result(graph.meta.get("collective"))
     if quotient is None:
         return result
@@ -123,6 +139,10 @@ def simulate(
         reduction_busy_s=expand_devices(result.reduction_busy_s, quotient),
         meta={**result.meta, "symmetry": summary(quotient, int(np.count_nonzero(graph.kind == TRANSFER)))},
     )
+
+
+MAX_REPLAY_RUNS = 3
+"""Runs with replay before a graph whose replayed blocks keep meeting other work is simulated in full."""
 
 
 class _Engine:
@@ -135,6 +155,9 @@ class _Engine:
         gamma_s_per_byte: float | None,
         link_sharing: bool,
         quotient: Quotient | None = None,
+        *,
+        replay: bool = False,
+        excluded: frozenset[int] = frozenset(),
     ) -> None:
         self.tasks = tasks
         self.kernel = Kernel()
@@ -155,6 +178,12 @@ class _Engine:
             self.kernel, self.routes, self.rec, self.pricer.wire_bytes(), self._arrive, sharing=link_sharing,
             rate_cap_Bps=self.pricer.rate_cap_Bps(tasks.max_rate_Bps),
         )
+        self.replays: Replays | None = None
+        if replay and quotient is None and Replays.wanted(tasks):
+            replays = Replays(tasks, self.flows, self.rec, self.deps, self.reduction, excluded)
+            if replays.active:
+                self.replays = replays
+                self.kernel.guard = replays.guard
 
     def run(self) -> None:
         """Release the tasks without dependencies and run the kernel until every task has ended."""
@@ -190,6 +219,8 @@ class _Engine:
     def _complete(self, tasks: IntArray) -> None:
         """Tasks end now; release their successors."""
         self.rec.end_s[tasks] = self.kernel.now
+        if self.replays is not None:
+            self.replays.completed(tasks)
         ready = self.deps.finish(tasks)
         if len(ready):
             self._released(ready)
@@ -228,7 +259,10 @@ class _Engine:
             self.compute.submit(comp)
 
     def _issue_transfers(self, tasks: IntArray) -> None:
-        """Transfers become ready now: same-device ones arrive at once, others go on their routes."""
+        """Transfers become ready now: same-device ones arrive at once, others go on their routes
+        (unless they start a block that is replayed: :mod:`parplan.engine.replay`)."""
+        if self.replays is not None and self.replays.issue(tasks):
+            return
         src = self.tasks.device[tasks]
         dst = self.tasks.dst[tasks]
         same = src == dst
@@ -246,6 +280,8 @@ class _Engine:
     def _arrive(self, tasks: IntArray) -> None:
         """Last byte in: plain transfers end now; reducing ones queue on the receiver's reduction stream."""
         self.rec.arrive_s[tasks] = self.kernel.now
+        if self.replays is not None:
+            self.replays.arrived(tasks)
         red = self.tasks.reduce[tasks]
         num_red = np.count_nonzero(red)
         if not num_red:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from parplan.engine.kernel import COMPUTE_DONE, DONE, Kernel
 from parplan.engine.tasks import TaskView
 from parplan.errors import SimulationError
 from parplan.topology.network import Network
+
+if TYPE_CHECKING:
+    from parplan.engine.blocks import FlowLog
 
 
 def device_rates(
@@ -203,10 +207,13 @@ class ReductionStreams:
         self.receiver = receiver
         self.free = np.zeros(len(tasks.devices))
         self.busy_s = np.zeros(len(tasks.devices))
+        self.log: FlowLog | None = None  # a recorded window's log (parplan.engine.replay)
 
     def submit(self, tasks: IntArray) -> None:
         """Reducing transfers ``tasks`` (sorted by id) have arrived now; they end when reduced."""
         devs = self.tasks.dst[tasks] if self.receiver is None else self.receiver[self.tasks.dst[tasks]]
         durs = self.gamma_s_per_byte[devs] * self.tasks.size_bytes[tasks]
+        if self.log is not None:
+            self.log.add_reduce(devs, durs)
         _, ends = fifo_book(self.free, self.busy_s, tasks, devs, durs, self.kernel.now)
         self.kernel.push_grouped(ends, tasks, DONE)

@@ -1,0 +1,117 @@
+"""Blocks of transfers that a run may replay (:mod:`parplan.engine.replay`), and the log a recorded
+window keeps.
+
+A *block* is a run of consecutive transfer tasks in the task graph: a lowered collective (a data-
+parallel bucket's all-reduce is one). :func:`find_blocks` finds the blocks whose content occurs
+more than once, by a digest of every column the engine reads and of their dependencies and
+successors relative to the block. :class:`FlowLog` is what a recorded window did to the run's
+accumulators, in order, and how close it came to the kernel's tie horizon: the flows, the
+reduction streams and the kernel write to it while a window is recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IdArray, IntArray
+from parplan.taskgraph import TRANSFER
+
+if TYPE_CHECKING:
+    from parplan.engine.allocator import Allocation
+    from parplan.engine.tasks import Dependencies, TaskView
+
+MIN_BLOCK_TRANSFERS = 64
+"""Blocks smaller than this are simulated as they come: recording them would cost more than it saves."""
+
+
+def find_blocks(tasks: TaskView, deps: Dependencies) -> tuple[IntArray, IntArray, list[bytes], list[int]]:
+    """Runs of at least :data:`MIN_BLOCK_TRANSFERS` consecutive transfer tasks whose content occurs
+    more than once: their first ids, their ends (exclusive), a digest of each one's content
+    (every column the engine reads, dependencies relative to the block, outside ones as -1, and
+    successors relative to the block's first task, outside ones too), and the blocks that the
+    next run of transfers does not repeat (a different collective follows: in a data-parallel
+    step the last bucket of one size, which the next bucket often meets; simulated at once,
+    rather than replayed, met and run again)."""
+    is_tr = np.concatenate([[False], tasks.kind == TRANSFER, [False]])
+    edges = np.flatnonzero(is_tr[1:] != is_tr[:-1])
+    lo, hi = edges[0::2].astype(np.int64), edges[1::2].astype(np.int64)
+    sizes = (hi - lo).tolist()
+    repeated = {n for n, c in Counter(sizes).items() if n >= MIN_BLOCK_TRANSFERS and c > 1}
+    keys = [  # only runs whose length repeats can repeat: one collective alone costs no digest
+        _digest(tasks, deps, a, b) if b - a in repeated else b""
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True)
+    ]
+    counts = Counter(keys)
+    keep = [i for i, k in enumerate(keys) if k and counts[k] > 1]
+    changes = [j for j, i in enumerate(keep) if i + 1 < len(keys) and keys[i + 1] != keys[i]]
+    return lo[keep], hi[keep], [keys[i] for i in keep], changes
+
+
+def _digest(tasks: TaskView, dependencies: Dependencies, a: int, b: int) -> bytes:
+    s_off = dependencies.succ_off
+    succ = np.asarray(dependencies.succ_idx[int(s_off[a]) : int(s_off[b])], dtype=np.int64) - a
+    off = tasks.dep_offsets
+    deps = np.asarray(tasks.dep_indices[int(off[a]) : int(off[b])], dtype=np.int64) - a
+    deps[(deps < 0) | (deps >= b - a)] = -1
+    h = hashlib.blake2b(digest_size=16)
+    columns = [
+        tasks.device[a:b], tasks.dst[a:b], tasks.size_bytes[a:b], tasks.reduce[a:b], tasks.protocol[a:b],
+        tasks.overhead_s[a:b], tasks.max_rate_Bps[a:b], np.diff(off[a : b + 1]), deps,
+        np.diff(np.asarray(s_off[a : b + 1], dtype=np.int64)), succ,
+    ]  # fmt: skip
+    if tasks.lane is not None:
+        columns.append(tasks.lane[a:b])
+    for column in columns:
+        h.update(np.ascontiguousarray(column).tobytes())
+        h.update(b"|")
+    return h.digest()
+
+
+@dataclass
+class FlowLog:
+    """What one recorded window did to the engine's accumulators, in order, and its tie margins."""
+
+    route_bytes: list[tuple[IntArray, FloatArray]] = field(default_factory=list)
+    route_busy: list[tuple[IntArray, FloatArray]] = field(default_factory=list)
+    alloc_busy: list[tuple[Allocation, float]] = field(default_factory=list)
+    reduce_busy: list[tuple[IdArray, FloatArray]] = field(default_factory=list)
+    fired_max_s: float = 0.0  # largest finish - now of a flow fired early by the tie horizon
+    unfired_min_s: float = math.inf  # smallest finish - now of a flow (or clock) left for later
+    clean: bool = True
+
+    # The arrays logged are fresh ones the engine does not write to again: kept, not copied.
+    def add_bytes(self, rids: IntArray, values: FloatArray) -> None:
+        self.route_bytes.append((rids, values))
+
+    def add_busy(self, rids: IntArray, values: FloatArray) -> None:
+        self.route_busy.append((rids, values))
+
+    def add_alloc(self, alloc: Allocation, seconds: float) -> None:
+        self.alloc_busy.append((alloc, seconds))
+
+    def add_reduce(self, devs: IdArray, seconds: FloatArray) -> None:
+        self.reduce_busy.append((devs, seconds))
+
+    def fired(self, last_fired_s: float, next_left_s: float, now: float) -> None:
+        """Flows fired at ``now``, the last finishing at ``last_fired_s`` (within the tie
+        horizon), the first left for later at ``next_left_s``: note both margins."""
+        self.fired_max_s = max(self.fired_max_s, last_fired_s - now)
+        if next_left_s < math.inf:
+            self.unfired_min_s = min(self.unfired_min_s, next_left_s - now)
+
+
+def compact_log(log: FlowLog) -> None:
+    """Concatenate each ordered list of array increments into one (np.add.at applies them in
+    order, so one call adds what the many did, in the same order)."""
+    for name in ("route_bytes", "route_busy", "reduce_busy"):
+        parts: list[tuple[IntArray, FloatArray]] = getattr(log, name)
+        if len(parts) > 1:
+            ids = np.concatenate([p[0] for p in parts]) if parts else EMPTY_I
+            values = np.concatenate([p[1] for p in parts]) if parts else EMPTY_F
+            setattr(log, name, [(ids, values)])
