@@ -58,7 +58,7 @@ def nccl_system(network: Network, devices: Sequence[str]) -> NcclSystem | None:
     nics, nic_Bps, nic_pci_Bps = _nics(network, next(iter(nodes.values())))
     try:
         return NcclSystem(
-            arch,  # type: ignore[arg-type]
+            arch,
             len(nodes),
             sizes.pop(),
             _intra_GBps(arch, intra_Bps, intra_class),
