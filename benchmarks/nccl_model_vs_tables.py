@@ -30,10 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LARGE_BYTES = 64 << 20
 
 # Spec-sheet building blocks (what NCCL's topology detection would read on these machines).
-A100_NVLINK = nvlink_bandwidth_GBps("ampere", 12)      # HGX A100: 12 NVLink3 per GPU to NVSwitch
-H100_NVLINK = nvlink_bandwidth_GBps("hopper", 18)      # HGX H100: 18 NVLink4 per GPU
-V100_NVLINK = nvlink_bandwidth_GBps("volta", 6)        # V100 SXM2: 6 NVLink2 per GPU ...
-V100_PAIR = nvlink_bandwidth_GBps("volta", 2)          # ... 2 to each of 3 peers on a 4-GPU board
+A100_NVLINK = nvlink_bandwidth_GBps("ampere", 12)  # HGX A100: 12 NVLink3 per GPU to NVSwitch
+H100_NVLINK = nvlink_bandwidth_GBps("hopper", 18)  # HGX H100: 18 NVLink4 per GPU
+V100_NVLINK = nvlink_bandwidth_GBps("volta", 6)  # V100 SXM2: 6 NVLink2 per GPU ...
+V100_PAIR = nvlink_bandwidth_GBps("volta", 2)  # ... 2 to each of 3 peers on a 4-GPU board
 HDR, NDR, EDR = nic_bandwidth_GBps(200), nic_bandwidth_GBps(400), nic_bandwidth_GBps(100)
 GEN3, GEN4, GEN5 = pci_bandwidth_GBps(3), pci_bandwidth_GBps(4), pci_bandwidth_GBps(5)
 
@@ -45,14 +45,30 @@ def _h100_box(gpus: int) -> NcclSystem:
 
 def _abci_a100(nodes: int, gpus: int = 8) -> NcclSystem:
     """ABCI 2.0 node (A): HGX A100-40GB, 4x HDR 200 Gb/s (one per 2 GPUs), 2x Xeon 8360Y."""
-    return NcclSystem("ampere", nodes, gpus, A100_NVLINK, nvswitch=True, nics_per_node=4,
-                      nic_bandwidth_GBps=HDR, nic_pci_bandwidth_GBps=GEN4)
+    return NcclSystem(
+        "ampere",
+        nodes,
+        gpus,
+        A100_NVLINK,
+        nvswitch=True,
+        nics_per_node=4,
+        nic_bandwidth_GBps=HDR,
+        nic_pci_bandwidth_GBps=GEN4,
+    )
 
 
 def _abci_v100(nodes: int) -> NcclSystem:
     """ABCI node (V): 4x V100 SXM2 all-to-all NVLink2, 2x EDR 100 Gb/s, Xeon Gold 6148 (PCIe Gen3)."""
-    return NcclSystem("volta", nodes, 4, V100_NVLINK, intra_path_bandwidth_GBps=V100_PAIR, nics_per_node=2,
-                      nic_bandwidth_GBps=EDR, nic_pci_bandwidth_GBps=GEN3)
+    return NcclSystem(
+        "volta",
+        nodes,
+        4,
+        V100_NVLINK,
+        intra_path_bandwidth_GBps=V100_PAIR,
+        nics_per_node=2,
+        nic_bandwidth_GBps=EDR,
+        nic_pci_bandwidth_GBps=GEN3,
+    )
 
 
 @dataclass(frozen=True)
@@ -67,12 +83,23 @@ class Table:
 TABLES: dict[str, Table] = {
     # CoreWeave HGX A100 80GB: 8x HDR per node (SuperPOD design), AMD EPYC hosts. SHARP groups are
     # created, but the job does not set NCCL_COLLNET_ENABLE, so CollNet stays off.
-    "a100-16node-ib-sharp-coreweave": Table(NcclSystem(
-        "ampere", 16, 8, A100_NVLINK, nvswitch=True, nics_per_node=8, nic_bandwidth_GBps=HDR,
-        nic_pci_bandwidth_GBps=GEN4, cpu_vendor="amd")),
+    "a100-16node-ib-sharp-coreweave": Table(
+        NcclSystem(
+            "ampere",
+            16,
+            8,
+            A100_NVLINK,
+            nvswitch=True,
+            nics_per_node=8,
+            nic_bandwidth_GBps=HDR,
+            nic_pci_bandwidth_GBps=GEN4,
+            cpu_vendor="amd",
+        )
+    ),
     # Azure ND A100 v4: HGX A100 80GB, AMD EPYC 7V12.
-    "a100x8-nvswitch-azure-ndv4-inplace-busbw": Table(NcclSystem(
-        "ampere", 1, 8, A100_NVLINK, nvswitch=True, cpu_vendor="amd")),
+    "a100x8-nvswitch-azure-ndv4-inplace-busbw": Table(
+        NcclSystem("ampere", 1, 8, A100_NVLINK, nvswitch=True, cpu_vendor="amd")
+    ),
     "abci-a100x128-16node-ib-hdr": Table(_abci_a100(16)),
     "abci-a100x16-2node-ib-hdr": Table(_abci_a100(2)),
     "abci-a100x32-4node-ib-hdr": Table(_abci_a100(4)),
@@ -82,14 +109,37 @@ TABLES: dict[str, Table] = {
     "abci-v100x4-1node-nvlink2": Table(_abci_v100(1)),
     "abci-v100x8-2node-ib-edr": Table(_abci_v100(2)),
     # CoreWeave HGX H100: 8x NDR 400 Gb/s, SHARP, Intel Sapphire Rapids; NCCL_ALGO=COLLNETCHAIN.
-    "h100-8node-ib-sharp-coreweave": Table(NcclSystem(
-        "hopper", 8, 8, H100_NVLINK, nvswitch=True, nvls=True, collnet=True, nics_per_node=8,
-        nic_bandwidth_GBps=NDR, nic_pci_bandwidth_GBps=GEN5), algorithms="collnet_chain",
-        reported="collnet_chain/simple (forced)"),
+    "h100-8node-ib-sharp-coreweave": Table(
+        NcclSystem(
+            "hopper",
+            8,
+            8,
+            H100_NVLINK,
+            nvswitch=True,
+            nvls=True,
+            collnet=True,
+            nics_per_node=8,
+            nic_bandwidth_GBps=NDR,
+            nic_pci_bandwidth_GBps=GEN5,
+        ),
+        algorithms="collnet_chain",
+        reported="collnet_chain/simple (forced)",
+    ),
     # Nebius HGX H100: 8x NDR 400 Gb/s, Intel Sapphire Rapids.
-    "h100x16-2node-ib-nebius-dstack": Table(NcclSystem(
-        "hopper", 2, 8, H100_NVLINK, nvswitch=True, nvls=True, nics_per_node=8, nic_bandwidth_GBps=NDR,
-        nic_pci_bandwidth_GBps=GEN5), reported="tree or nvls_tree at large sizes (busbw > NIC rate)"),
+    "h100x16-2node-ib-nebius-dstack": Table(
+        NcclSystem(
+            "hopper",
+            2,
+            8,
+            H100_NVLINK,
+            nvswitch=True,
+            nvls=True,
+            nics_per_node=8,
+            nic_bandwidth_GBps=NDR,
+            nic_pci_bandwidth_GBps=GEN5,
+        ),
+        reported="tree or nvls_tree at large sizes (busbw > NIC rate)",
+    ),
     "h100x2-nvswitch-default-1node": Table(_h100_box(2), reported="ring/simple"),
     "h100x4-nvswitch-algo-nvls": Table(_h100_box(4), algorithms="nvls", reported="nvls/simple (forced)"),
     "h100x4-nvswitch-algo-ring": Table(_h100_box(4), algorithms="ring", reported="ring (forced)"),
@@ -98,9 +148,19 @@ TABLES: dict[str, Table] = {
     "h100x6-nvswitch-default-1node": Table(_h100_box(6), reported="nvls/simple"),
     # NREL Kestrel: HGX H100 4-GPU board (6 NVLink4 between each pair, no NVSwitch), 4x Slingshot
     # 200 Gb/s per node, AMD EPYC Genoa hosts.
-    "h100x64-16node-4gpn-slingshot-kestrel": Table(NcclSystem(
-        "hopper", 16, 4, H100_NVLINK, intra_path_bandwidth_GBps=nvlink_bandwidth_GBps("hopper", 6),
-        nics_per_node=4, nic_bandwidth_GBps=HDR, nic_pci_bandwidth_GBps=GEN5, cpu_vendor="amd")),
+    "h100x64-16node-4gpn-slingshot-kestrel": Table(
+        NcclSystem(
+            "hopper",
+            16,
+            4,
+            H100_NVLINK,
+            intra_path_bandwidth_GBps=nvlink_bandwidth_GBps("hopper", 6),
+            nics_per_node=4,
+            nic_bandwidth_GBps=HDR,
+            nic_pci_bandwidth_GBps=GEN5,
+            cpu_vendor="amd",
+        )
+    ),
     # Azure ND H100 v5: HGX H100, Intel Xeon 8480C; the page says NVLS.
     "h100x8-nvswitch-nvls-azure-ndv5-inplace-busbw": Table(_h100_box(8), reported="nvls/simple"),
     # Two RTX 2080 Ti (Turing) on PCIe Gen3 x16, no P2P: NCCL sees a PCI path through the host.
@@ -139,8 +199,14 @@ def compare(path: Path, table: Table) -> list[Row]:
     for record in csv.DictReader(lines):
         size = int(record["size_bytes"])
         choice = select(table.system, "all_reduce", size, algorithms=table.algorithms)
-        rows.append(Row(size, _measured_us(record, table.system.n_ranks), choice.time_us,
-                        f"{choice.algorithm}/{choice.protocol}/{choice.channels}ch"))
+        rows.append(
+            Row(
+                size,
+                _measured_us(record, table.system.n_ranks),
+                choice.time_us,
+                f"{choice.algorithm}/{choice.protocol}/{choice.channels}ch",
+            )
+        )
     return rows
 
 
@@ -165,14 +231,18 @@ def main() -> None:
             print(f"{name}: missing ({path})")
             continue
         rows = compare(path, table)
-        print(f"== {name}  ({table.system.n_nodes} x {table.system.ranks_per_node} {table.system.arch}"
-              f"{', NCCL_ALGO=' + table.algorithms if table.algorithms else ''})"
-              f"{'  NCCL reportedly ran: ' + table.reported if table.reported else ''}")
+        print(
+            f"== {name}  ({table.system.n_nodes} x {table.system.ranks_per_node} {table.system.arch}"
+            f"{', NCCL_ALGO=' + table.algorithms if table.algorithms else ''})"
+            f"{'  NCCL reportedly ran: ' + table.reported if table.reported else ''}"
+        )
         if not args.quiet:
             print(f"   {'size_bytes':>12} {'measured_us':>12} {'model_us':>12} {'|err|':>7}  model pick")
             for row in rows:
-                print(f"   {row.size_bytes:>12} {row.measured_us:>12.2f} {row.model_us:>12.2f}"
-                      f" {100 * row.error:>6.1f}%  {row.pick}")
+                print(
+                    f"   {row.size_bytes:>12} {row.measured_us:>12.2f} {row.model_us:>12.2f}"
+                    f" {100 * row.error:>6.1f}%  {row.pick}"
+                )
         table_large = [r.error for r in rows if r.size_bytes >= LARGE_BYTES]
         table_small = [r.error for r in rows if r.size_bytes < LARGE_BYTES]
         print(f"   >= 64 MiB: {_summary(table_large)}   < 64 MiB: {_summary(table_small)}")

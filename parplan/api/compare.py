@@ -108,7 +108,9 @@ def compare_scenario(
     interrupted: str | None = None
     try:
         results = evaluate_variants(
-            spec, variants, jobs=workers,
+            spec,
+            variants,
+            jobs=workers,
             progress=progress,
             backend=backend,
             address=address,

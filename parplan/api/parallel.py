@@ -314,8 +314,14 @@ def evaluate_on_ray(
     sizes = [len(c) for c, _ in chunks]
     try:
         done = evaluate_chunks(
-            scenario, _variant_chunk, chunks, sizes=sizes, what="variants", progress=progress,
-            backend="ray", address=address,
+            scenario,
+            _variant_chunk,
+            chunks,
+            sizes=sizes,
+            what="variants",
+            progress=progress,
+            backend="ray",
+            address=address,
         )
     except SweepInterrupted as exc:
         flat: list[PlanResult | str | None] = []

@@ -61,8 +61,15 @@ def nodes_all_reduce(
 
     def add(src: int, dst: int, k: int, reduce: bool, phase: int, deps: list[int]) -> int:
         before = prior.get((phase, src, dst))
-        step = buf.add(src, dst, slices[k], slices[k + 1] - slices[k], reduce, phase,
-                       [*deps, *([before] if before is not None else [])])
+        step = buf.add(
+            src,
+            dst,
+            slices[k],
+            slices[k + 1] - slices[k],
+            reduce,
+            phase,
+            [*deps, *([before] if before is not None else [])],
+        )
         prior[(phase, src, dst)] = step
         return step
 

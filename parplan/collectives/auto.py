@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field, field_validator
 
@@ -51,7 +51,7 @@ from parplan.collectives.algorithm import (
 )
 from parplan.collectives.nccl_search import NcclSystem
 from parplan.collectives.nccl_tables import ALGORITHMS as NCCL_ALGORITHMS
-from parplan.collectives.nccl_tables import PROTOCOLS
+from parplan.collectives.nccl_tables import PROTOCOLS, Collective
 from parplan.collectives.nccl_tuner import (
     NcclChoice,
     algorithm_bandwidth_GBps,
@@ -154,27 +154,25 @@ def choose(
     if system is None:
         protocol = _forced_protocol(spec) or "simple"
         return AutoChoice(ring.RingAlgorithm(name="ring"), protocol, f"auto=ring/{protocol}")
-    nccl = select(system, collective, max(int(size_bytes), 1),  # type: ignore[arg-type]
-                  algorithms=spec.algorithm, protocols=spec.protocol)
+    op = cast("Collective", collective)  # one of NCCL's: the registries hold no other collective
+    nccl = select(system, op, max(int(size_bytes), 1), algorithms=spec.algorithm, protocols=spec.protocol)
     missing = [
         a for a in NCCL_ALGORITHMS if a in FORCED_ONLY or not any(n in registered for n in SCHEDULES[a])
     ]
     if spec.algorithm is None and nccl.algorithm in missing:
         # Unforced, auto picks among the algorithms parplan has schedules for: what NCCL would
         # run were the others unavailable.
-        nccl = select(system, collective, max(int(size_bytes), 1),  # type: ignore[arg-type]
-                      algorithms="^" + ",".join(missing), protocols=spec.protocol)
+        restriction = "^" + ",".join(missing)
+        nccl = select(system, op, max(int(size_bytes), 1), algorithms=restriction, protocols=spec.protocol)
     name = next((n for n in STAND_INS[nccl.algorithm] if n in registered), "ring")
     concrete, detail = _concrete_spec(name, registered, nccl, size_bytes)
     stand_in = "" if name in (nccl.algorithm, *SCHEDULES[nccl.algorithm]) else f" as {name}"
     label = f"auto={nccl.algorithm}{stand_in}/{nccl.protocol}/{nccl.channels}ch{detail}"
     graph = graph_bandwidths(system, nccl.algorithm)
-    bus_GBps = bus_bandwidth_GBps(system, collective, nccl.algorithm, nccl.protocol, graph)  # type: ignore[arg-type]
+    bus_GBps = bus_bandwidth_GBps(system, op, nccl.algorithm, nccl.protocol, graph)
     per_channel_Bps = bus_GBps * 1e9 / graph.n_channels if graph.n_channels and bus_GBps > 0 else math.inf
     if registered[name].switch_capabilities:  # each rank's buffer goes once each way
-        algbw_GBps = algorithm_bandwidth_GBps(
-            system, collective, nccl.algorithm, nccl.protocol, graph  # type: ignore[arg-type]
-        )
+        algbw_GBps = algorithm_bandwidth_GBps(system, op, nccl.algorithm, nccl.protocol, graph)
         # CollNet Direct: each GPU of a node carries its 1/ppn share of the buffer through its NIC.
         direct = nccl.algorithm == "collnet_direct"
         streams = int(getattr(concrete, "channels", None) or (system.ranks_per_node if direct else 1))

@@ -241,7 +241,11 @@ class CollnetDirectAllReduce(Algorithm[CollnetDirectAlgorithm]):
         )
 
     def closed_form_s(
-        self, spec: CollnetDirectAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost,
+        self,
+        spec: CollnetDirectAlgorithm,
+        num_ranks: int,
+        size_bytes: float,
+        cost: UniformCost,
         groups: Groups | None,
     ) -> float:
         nodes = node_groups(num_ranks, groups, spec.group_size)
@@ -306,12 +310,20 @@ class CollnetChainAllReduce(Algorithm[CollnetChainAlgorithm]):
         self, spec: CollnetChainAlgorithm, num_ranks: int, num_elements: int, groups: Groups | None = None
     ) -> Schedule:
         return collnet_chain_all_reduce(
-            num_ranks, num_elements, groups=groups, group_size=spec.group_size, channels=spec.channels,
+            num_ranks,
+            num_elements,
+            groups=groups,
+            group_size=spec.group_size,
+            channels=spec.channels,
             segments=spec.segments,
         )
 
     def closed_form_s(
-        self, spec: CollnetChainAlgorithm, num_ranks: int, size_bytes: float, cost: UniformCost,
+        self,
+        spec: CollnetChainAlgorithm,
+        num_ranks: int,
+        size_bytes: float,
+        cost: UniformCost,
         groups: Groups | None,
     ) -> float:
         nodes = node_groups(num_ranks, groups, spec.group_size)

@@ -205,8 +205,11 @@ def _nvls_half(collective: str, num_ranks: int, num_elements: int, segments: int
                 ups.append((buf.add(r, switch, a, b - a, reduce, 0, up_prior.get(r, [])), a, b))
                 up_prior[r] = [ups[-1][0]]
         for r in range(num_ranks):
-            pieces = [(max(lo, chunks[r]), min(hi, chunks[r + 1]))] if reduce else [
-                (lo, min(hi, chunks[r])), (max(lo, chunks[r + 1]), hi)]
+            pieces = (
+                [(max(lo, chunks[r]), min(hi, chunks[r + 1]))]
+                if reduce
+                else [(lo, min(hi, chunks[r])), (max(lo, chunks[r + 1]), hi)]
+            )
             sent = []
             for a, b in pieces:
                 if b > a:

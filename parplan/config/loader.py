@@ -105,6 +105,7 @@ def _strategy_classes() -> tuple[type, ...]:
         strategy.CustomStrategy,
     )
 
+
 T = TypeVar("T")
 
 

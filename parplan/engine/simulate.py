@@ -161,8 +161,10 @@ class _Engine:
     ) -> None:
         self.tasks = tasks
         self.kernel = Kernel()
-        self.routes = RouteTable(network, tasks.devices) if quotient is None else OrbitRoutes(
-            network, tasks.devices, quotient
+        self.routes = (
+            RouteTable(network, tasks.devices)
+            if quotient is None
+            else OrbitRoutes(network, tasks.devices, quotient)
         )
         flop_rate, gamma = device_rates(tasks, network, gamma_s_per_byte)
         self.deps = Dependencies(tasks)
@@ -175,7 +177,12 @@ class _Engine:
             network.transport, self.routes, tasks.size_bytes, tasks.protocol, tasks.overhead_s
         )
         self.flows = Flows(
-            self.kernel, self.routes, self.rec, self.pricer.wire_bytes(), self._arrive, sharing=link_sharing,
+            self.kernel,
+            self.routes,
+            self.rec,
+            self.pricer.wire_bytes(),
+            self._arrive,
+            sharing=link_sharing,
             rate_cap_Bps=self.pricer.rate_cap_Bps(tasks.max_rate_Bps),
         )
         self.replays: Replays | None = None

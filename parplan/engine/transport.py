@@ -75,8 +75,11 @@ class MessagePricer:
         self.protocol = _codes(protocol) if self.nccl else None
         self.overhead_s = overhead_s if bool(np.any(overhead_s)) else None
         self.per_message_s = transport.send_overhead_s + transport.recv_overhead_s
-        self.plain = not self.nccl and self.overhead_s is None and self.per_message_s == 0.0 and (
-            transport.eager_threshold_bytes == float("inf")
+        self.plain = (
+            not self.nccl
+            and self.overhead_s is None
+            and self.per_message_s == 0.0
+            and (transport.eager_threshold_bytes == float("inf"))
         )
 
     def wire_bytes(self) -> TaskColumn:

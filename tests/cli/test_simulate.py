@@ -180,9 +180,7 @@ def test_infeasible_named_plan_exits_1_after_printing() -> None:
     result = runner.invoke(app, ["simulate", PIPELINE, "--plan", "gpipe"])
     assert result.exit_code == 1
     assert "gpipe" in result.stdout and "bound by" in result.stdout  # the results are still shown
-    assert (
-        "error: plan gpipe does not fit: out of memory on 4 device(s): n0.d3 needs 98 GiB" in result.stderr
-    )
+    assert "error: plan gpipe does not fit: out of memory on 4 device(s): n0.d3 needs 98 GiB" in result.stderr
 
 
 def test_json_to_stdout_validates_and_replaces_the_tables() -> None:

@@ -126,4 +126,3 @@ def check_timing(algorithm: Algorithm[Any]) -> None:
     cost = UniformCost(1e-6, 1e-9)
     spec = algorithm.default_spec()
     assert algorithm.time_s(spec, 1, 1e6, cost) == 0.0 and algorithm.time_s(spec, 4, 0, cost) == 0.0
-

@@ -48,8 +48,16 @@ def test_forcing_restricts_like_nccl_algo_and_proto() -> None:
 
 
 def test_forced_nvls_tree_runs_its_schedule_unforced_auto_leaves_it() -> None:
-    two_nodes = NcclSystem("hopper", 2, 8, nvlink_bandwidth_GBps("hopper", 18), nvswitch=True, nvls=True,
-                           nics_per_node=8, nic_bandwidth_GBps=50.0)
+    two_nodes = NcclSystem(
+        "hopper",
+        2,
+        8,
+        nvlink_bandwidth_GBps("hopper", 18),
+        nvswitch=True,
+        nvls=True,
+        nics_per_node=8,
+        nic_bandwidth_GBps=50.0,
+    )
     forced = choose(auto(algorithm="nvls_tree"), two_nodes, 2**26, ALGORITHMS)
     assert forced.spec.name == "nvls_tree" and forced.label.startswith("auto=nvls_tree/simple/")
     for size in (2**22, 2**26, 2**30):

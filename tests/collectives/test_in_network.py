@@ -51,8 +51,14 @@ def _with_switch(steps: list[Step], p: int = 2, n: int = 4) -> Schedule:
 
 def test_a_switch_rank_sums_what_reaches_it_and_holds_nothing_of_its_own() -> None:
     # Ranks 0 and 1 reduce into the switch (rank 2), which sends the sum back.
-    good = _with_switch([(0, 2, 0, 4, True, []), (1, 2, 0, 4, True, []), (2, 0, 0, 4, False, [0, 1]),
-                         (2, 1, 0, 4, False, [0, 1])])
+    good = _with_switch(
+        [
+            (0, 2, 0, 4, True, []),
+            (1, 2, 0, 4, True, []),
+            (2, 0, 0, 4, False, [0, 1]),
+            (2, 1, 0, 4, False, [0, 1]),
+        ]
+    )
     arrays = [np.arange(4), 10 * np.arange(4)]
     result = run_schedule(good, arrays)
     assert [a.tolist() for a in result.arrays] == [[0, 11, 22, 33]] * 2  # ranks only

@@ -74,9 +74,7 @@ def test_layout_chunks_and_errors() -> None:
 
 
 @pytest.mark.parametrize(("p", "per_node"), [(4, 2), (8, 4), (8, 2), (12, 4), (12, 3), (16, 8)])
-@pytest.mark.parametrize(
-    "spec", ["nccl_tree", "nccl_tree:2", {"name": "nccl_tree", "segments": 4}], ids=str
-)
+@pytest.mark.parametrize("spec", ["nccl_tree", "nccl_tree:2", {"name": "nccl_tree", "segments": 4}], ids=str)
 def test_closed_form_on_several_nodes_is_within_its_stated_margin(
     p: int, per_node: int, spec: object
 ) -> None:

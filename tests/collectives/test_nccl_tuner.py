@@ -43,30 +43,67 @@ def h100_box(gpus: int) -> NcclSystem:
 
 def h100_nodes(nodes: int, collnet: bool = False) -> NcclSystem:
     """HGX H100 nodes with 8x NDR 400 Gbit/s behind PCIe Gen5."""
-    return NcclSystem("hopper", nodes, 8, H100_NVLINK, nvswitch=True, nvls=True, nics_per_node=8,
-                      nic_bandwidth_GBps=50.0, nic_pci_bandwidth_GBps=48.0, collnet=collnet)
+    return NcclSystem(
+        "hopper",
+        nodes,
+        8,
+        H100_NVLINK,
+        nvswitch=True,
+        nvls=True,
+        nics_per_node=8,
+        nic_bandwidth_GBps=50.0,
+        nic_pci_bandwidth_GBps=48.0,
+        collnet=collnet,
+    )
 
 
 def a100_nodes(nodes: int, nics: int = 8, collnet: bool = False, cpu: str = "intel") -> NcclSystem:
     """HGX A100 nodes with HDR 200 Gbit/s NICs behind PCIe Gen4."""
-    return NcclSystem("ampere", nodes, 8, A100_NVLINK, nvswitch=True, nics_per_node=nics,
-                      nic_bandwidth_GBps=25.0, nic_pci_bandwidth_GBps=24.0, collnet=collnet,
-                      cpu_vendor=cpu)  # type: ignore[arg-type]
+    return NcclSystem(
+        "ampere",
+        nodes,
+        8,
+        A100_NVLINK,
+        nvswitch=True,
+        nics_per_node=nics,
+        nic_bandwidth_GBps=25.0,
+        nic_pci_bandwidth_GBps=24.0,
+        collnet=collnet,
+        cpu_vendor=cpu,  # type: ignore[arg-type]
+    )
 
 
 def v100_nodes(nodes: int) -> NcclSystem:
     """4 V100 SXM2, 2 NVLinks between each pair, 2x EDR 100 Gbit/s behind PCIe Gen3."""
-    return NcclSystem("volta", nodes, 4, 120.0, intra_path_bandwidth_GBps=40.0, nics_per_node=2,
-                      nic_bandwidth_GBps=12.5, nic_pci_bandwidth_GBps=12.0)
+    return NcclSystem(
+        "volta",
+        nodes,
+        4,
+        120.0,
+        intra_path_bandwidth_GBps=40.0,
+        nics_per_node=2,
+        nic_bandwidth_GBps=12.5,
+        nic_pci_bandwidth_GBps=12.0,
+    )
 
 
 def one_gpu_nodes(nodes: int, **kwargs: object) -> NcclSystem:
     """One A100 per node, one HDR NIC."""
-    return NcclSystem("ampere", nodes, 1, 24.0, intra_link="pci", nics_per_node=1,
-                      nic_bandwidth_GBps=25.0, nic_pci_bandwidth_GBps=24.0, **kwargs)  # type: ignore[arg-type]
+    return NcclSystem(
+        "ampere",
+        nodes,
+        1,
+        24.0,
+        intra_link="pci",
+        nics_per_node=1,
+        nic_bandwidth_GBps=25.0,
+        nic_pci_bandwidth_GBps=24.0,
+        **kwargs,  # type: ignore[arg-type]
+    )
 
 
 # --- spec-sheet helpers -----------------------------------------------------------------------------
+
 
 def test_link_bandwidths_as_nccl_reads_them() -> None:
     assert nvlink_bandwidth_GBps("hopper", 18) == pytest.approx(370.8)
@@ -79,6 +116,7 @@ def test_link_bandwidths_as_nccl_reads_them() -> None:
 
 
 # --- the topology search ----------------------------------------------------------------------------
+
 
 def test_nvswitch_ring_fills_the_links_then_duplicates() -> None:
     # sm90 intra speeds start at 60: floor(370.8 / 60) = 6 channels; 60 >= 50 so NCCL doubles them.
@@ -120,6 +158,7 @@ def test_one_gpu_per_node_uses_the_plain_tree_and_missing_hardware_has_no_channe
 
 # --- latency ----------------------------------------------------------------------------------------
 
+
 def test_ring_latency_one_node() -> None:
     s = h100_box(4)  # 2(p-1) = 6 NVLink steps
     assert latency_us(s, "all_reduce", "ring", "ll") == pytest.approx(6.6 + 6 * 0.6)
@@ -152,17 +191,20 @@ def test_one_gpu_per_node_uses_the_tree_net_latency_and_the_nic_latency_flushes(
 def test_tree_nvls_collnet_pat_latencies() -> None:
     assert latency_us(h100_nodes(2), "all_reduce", "tree", "ll") == pytest.approx(6.8 + 2 * (7 * 0.6 + 5.0))
     assert latency_us(a100_nodes(16), "all_reduce", "tree", "simple") == pytest.approx(
-        8.4 + 2 * (7 * 4.0 + 4 * 14.0))
+        8.4 + 2 * (7 * 4.0 + 4 * 14.0)
+    )
     assert latency_us(h100_box(8), "all_reduce", "nvls", "simple") == pytest.approx(25.0)
     assert latency_us(h100_nodes(8, True), "all_reduce", "nvls", "simple") == pytest.approx(25.0 + 18.0)
     assert latency_us(h100_nodes(2), "all_reduce", "nvls_tree", "simple") == pytest.approx(25.0 + 2 * 20.9)
     sharp = h100_nodes(8, True)
     assert latency_us(sharp, "all_reduce", "collnet_direct", "simple") == pytest.approx(
-        2 * (3.7 + 7 * 0.4) + 31.0)
+        2 * (3.7 + 7 * 0.4) + 31.0
+    )
     assert latency_us(sharp, "all_reduce", "collnet_chain", "simple") == pytest.approx(2 * 7 * 2.8 + 30.0)
     # PAT: 8 + log2(nodes) x interLat / 3.5 + 2.8 per rank; one GPU per node reads NET Tree (14).
     assert latency_us(one_gpu_nodes(8), "all_gather", "pat", "simple") == pytest.approx(
-        8.0 + 3 * 14.0 / 3.5 + 8 * 2.8)
+        8.0 + 3 * 14.0 / 3.5 + 8 * 2.8
+    )
 
 
 def test_power_hosts_price_pci_tree_like_ring() -> None:
@@ -173,6 +215,7 @@ def test_power_hosts_price_pci_tree_like_ring() -> None:
 
 
 # --- bandwidth --------------------------------------------------------------------------------------
+
 
 def test_ring_bandwidth_per_protocol() -> None:
     s = h100_box(4)  # 12 channels x 30 = 360 bus; algbw = bus x 4 / 6
@@ -222,11 +265,14 @@ def test_collnet_and_pat_bandwidth() -> None:
     sharp = h100_nodes(8, True)
     half = GraphBandwidths("collnet_direct", 4, 48.0, 48.0)  # 2 GPUs per head: f = 2 - 1/2
     assert bus_bandwidth_GBps(sharp, "all_reduce", "collnet_direct", "simple", half) == pytest.approx(
-        4 * 48 / 1.5 * 0.85)
+        4 * 48 / 1.5 * 0.85
+    )
     assert algorithm_bandwidth_GBps(sharp, "all_gather", "collnet_direct", "simple", half) == pytest.approx(
-        4 * 8 * min(48.0, 0.9 * 48.0))
+        4 * 8 * min(48.0, 0.9 * 48.0)
+    )
     assert algorithm_bandwidth_GBps(sharp, "all_reduce", "collnet_chain", "simple") == pytest.approx(
-        8 * 48 * 0.5)
+        8 * 48 * 0.5
+    )
     s = one_gpu_nodes(8)  # 1 channel at 24, x0.75, not converted
     assert algorithm_bandwidth_GBps(s, "all_gather", "pat", "simple") == pytest.approx(24 * 0.75)
 
@@ -242,18 +288,22 @@ def test_time_tree_correction_and_ring_plateau() -> None:
     base = 8.4 + 28 * 3.4 + 2 * 14.0
     algbw = 8 * 48 * 16 / 30
     assert algo_time_us(m, "all_reduce", "ring", "simple", 8191) == pytest.approx(
-        base + 8191 / (1000 * algbw))
+        base + 8191 / (1000 * algbw)
+    )
     assert algo_time_us(m, "all_reduce", "ring", "simple", 8192) == pytest.approx(
-        1.4 * base + 8192 / (1000 * algbw))
+        1.4 * base + 8192 / (1000 * algbw)
+    )
     v = v100_nodes(2)  # before sm80 the plateau is 1.9x
     assert algo_time_us(v, "all_reduce", "ring", "simple", GiB) - GiB / (1000 * 24 * 8 / 14) == pytest.approx(
-        1.9 * latency_us(v, "all_reduce", "ring", "simple"))
+        1.9 * latency_us(v, "all_reduce", "ring", "simple")
+    )
 
 
 def test_time_with_fewer_channels_and_errors() -> None:
     s = h100_box(4)
     assert algo_time_us(s, "all_reduce", "ring", "simple", GiB, n_channels=6) == pytest.approx(
-        28.8 + GiB / (1000 * 120.0))
+        28.8 + GiB / (1000 * 120.0)
+    )
     with pytest.raises(CollectiveError, match="not available"):
         algo_time_us(a100_nodes(1), "all_reduce", "nvls", "simple", GiB)
     with pytest.raises(CollectiveError, match="n_bytes"):
@@ -263,6 +313,7 @@ def test_time_with_fewer_channels_and_errors() -> None:
 
 
 # --- enablement -------------------------------------------------------------------------------------
+
 
 def test_ll128_only_where_nccl_enables_it() -> None:
     assert ll128_enabled(h100_box(4)) and ll128_enabled(v100_nodes(2))
@@ -274,20 +325,30 @@ def test_ll128_only_where_nccl_enables_it() -> None:
     assert ll128_enabled(one_gpu_nodes(2))  # one GPU per node: no intra path at all
 
 
-@pytest.mark.parametrize(("system", "collective", "algorithm", "protocol", "words"), [
-    (h100_box(4), "all_reduce", "nvls", "ll", "Simple only"),
-    (a100_nodes(1), "all_reduce", "nvls", "simple", "NVSwitch"),
-    (h100_nodes(2), "all_reduce", "nvls", "simple", "needs CollNet"),
-    (h100_box(4), "all_reduce", "nvls_tree", "simple", "off on one node"),
-    (h100_nodes(2), "all_reduce", "collnet_chain", "simple", "SHARP"),
-    (dataclasses.replace(v100_nodes(2), collnet=True), "all_reduce", "collnet_direct", "simple", "NVSwitch"),
-    (h100_nodes(2), "all_gather", "pat", "simple", "one GPU per node"),
-    (h100_box(4), "broadcast", "tree", "ll", "does not implement"),
-    (h100_box(4), "all_reduce", "pat", "simple", "does not implement"),
-    (NcclSystem("turing", 1, 2, 12.0, intra_link="pci"), "all_reduce", "ring", "ll128", "LL128"),
-])
-def test_unavailable_entries_say_why(system: NcclSystem, collective: str, algorithm: str, protocol: str,
-                                     words: str) -> None:
+@pytest.mark.parametrize(
+    ("system", "collective", "algorithm", "protocol", "words"),
+    [
+        (h100_box(4), "all_reduce", "nvls", "ll", "Simple only"),
+        (a100_nodes(1), "all_reduce", "nvls", "simple", "NVSwitch"),
+        (h100_nodes(2), "all_reduce", "nvls", "simple", "needs CollNet"),
+        (h100_box(4), "all_reduce", "nvls_tree", "simple", "off on one node"),
+        (h100_nodes(2), "all_reduce", "collnet_chain", "simple", "SHARP"),
+        (
+            dataclasses.replace(v100_nodes(2), collnet=True),
+            "all_reduce",
+            "collnet_direct",
+            "simple",
+            "NVSwitch",
+        ),
+        (h100_nodes(2), "all_gather", "pat", "simple", "one GPU per node"),
+        (h100_box(4), "broadcast", "tree", "ll", "does not implement"),
+        (h100_box(4), "all_reduce", "pat", "simple", "does not implement"),
+        (NcclSystem("turing", 1, 2, 12.0, intra_link="pci"), "all_reduce", "ring", "ll128", "LL128"),
+    ],
+)
+def test_unavailable_entries_say_why(
+    system: NcclSystem, collective: str, algorithm: str, protocol: str, words: str
+) -> None:
     assert words in unavailable_reason(system, collective, algorithm, protocol)  # type: ignore[arg-type]
 
 
@@ -316,8 +377,17 @@ def test_six_h100_pick_nvls_and_two_pick_ring() -> None:
     assert select(h100_box(8), "all_reduce", GiB).algorithm == "nvls"  # Azure ND H100 v5
 
 
-@pytest.mark.parametrize("system", [h100_box(4), h100_box(8), h100_nodes(2), a100_nodes(16), v100_nodes(1),
-                                    NcclSystem("turing", 1, 2, 12.0, intra_link="pci")])
+@pytest.mark.parametrize(
+    "system",
+    [
+        h100_box(4),
+        h100_box(8),
+        h100_nodes(2),
+        a100_nodes(16),
+        v100_nodes(1),
+        NcclSystem("turing", 1, 2, 12.0, intra_link="pci"),
+    ],
+)
 def test_small_messages_pick_ll(system: NcclSystem) -> None:
     assert select(system, "all_reduce", 8).protocol == "ll"
 
@@ -348,13 +418,18 @@ def test_sharp_fabric_picks_collnet_where_forced_or_enabled() -> None:
 
 # --- restrictions, channels, the description --------------------------------------------------------
 
+
 def test_restrictions_parse_like_nccl() -> None:
     assert parse_restriction(None, PROTOCOLS, "protocol") == frozenset(PROTOCOLS)
     assert parse_restriction("Ring,Tree", ALGORITHMS, "algorithm") == {"ring", "tree"}
     assert parse_restriction("^NVLS,NVLSTree", ALGORITHMS, "algorithm") == set(ALGORITHMS) - {
-        "nvls", "nvls_tree"}
+        "nvls",
+        "nvls_tree",
+    }
     assert parse_restriction(["collnet_chain", "CollnetDirect"], ALGORITHMS, "algorithm") == {
-        "collnet_chain", "collnet_direct"}
+        "collnet_chain",
+        "collnet_direct",
+    }
     with pytest.raises(CollectiveError, match="valid: ll, ll128, simple"):
         parse_restriction("LL256", PROTOCOLS, "protocol")
 
@@ -384,23 +459,31 @@ def test_runtime_channels_shrink_for_small_messages() -> None:
     assert select(s, "all_reduce", 8).channels == 1
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"n_nodes": 1, "ranks_per_node": 1}, "at least 2 ranks"),
-    ({"n_nodes": 2}, "nics_per_node"),
-    ({"arch": "ampere", "nvls": True, "nvswitch": True}, "Hopper"),
-    ({"arch": "kepler"}, "arch"),
-    ({"intra_path_bandwidth_GBps": 999.0}, "intra_path"),
-    ({"intra_link": "pci", "nvswitch": True}, "NVSwitch"),
-    ({"net_latency_us": -1.0}, "latencies"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"n_nodes": 1, "ranks_per_node": 1}, "at least 2 ranks"),
+        ({"n_nodes": 2}, "nics_per_node"),
+        ({"arch": "ampere", "nvls": True, "nvswitch": True}, "Hopper"),
+        ({"arch": "kepler"}, "arch"),
+        ({"intra_path_bandwidth_GBps": 999.0}, "intra_path"),
+        ({"intra_link": "pci", "nvswitch": True}, "NVSwitch"),
+        ({"net_latency_us": -1.0}, "latencies"),
+    ],
+)
 def test_inconsistent_systems_are_refused(kwargs: dict[str, object], words: str) -> None:
     base: dict[str, object] = {
-        "arch": "hopper", "n_nodes": 1, "ranks_per_node": 4, "intra_bandwidth_GBps": 100.0}
+        "arch": "hopper",
+        "n_nodes": 1,
+        "ranks_per_node": 4,
+        "intra_bandwidth_GBps": 100.0,
+    }
     with pytest.raises(CollectiveError, match=words):
         NcclSystem(**{**base, **kwargs})  # type: ignore[arg-type]
 
 
 # --- invariants over random systems -----------------------------------------------------------------
+
 
 @st.composite
 def systems(draw: st.DrawFn) -> NcclSystem:
@@ -411,20 +494,31 @@ def systems(draw: st.DrawFn) -> NcclSystem:
     nvlink = draw(st.booleans())
     nvswitch = nvlink and draw(st.booleans())
     return NcclSystem(
-        arch, nodes, ppn, draw(st.floats(5.0, 800.0)), intra_link="nvlink" if nvlink else "pci",  # type: ignore[arg-type]
-        nvswitch=nvswitch, nvls=nvswitch and arch in ("hopper", "blackwell") and draw(st.booleans()),
-        nics_per_node=draw(st.integers(1, 8)), nic_bandwidth_GBps=draw(st.floats(0.5, 100.0)),
-        nic_path=draw(st.sampled_from(["pix", "pxb", "pxn", "phb", "sys"])), collnet=draw(st.booleans()),
+        arch,  # type: ignore[arg-type]
+        nodes,
+        ppn,
+        draw(st.floats(5.0, 800.0)),
+        intra_link="nvlink" if nvlink else "pci",
+        nvswitch=nvswitch,
+        nvls=nvswitch and arch in ("hopper", "blackwell") and draw(st.booleans()),
+        nics_per_node=draw(st.integers(1, 8)),
+        nic_bandwidth_GBps=draw(st.floats(0.5, 100.0)),
+        nic_path=draw(st.sampled_from(["pix", "pxb", "pxn", "phb", "sys"])),
+        collnet=draw(st.booleans()),
         cpu_vendor=draw(st.sampled_from(["intel", "amd", "other"])),
         cpu_arch=draw(st.sampled_from(["x86", "power", "arm"])),
     )
 
 
 @settings(max_examples=60, deadline=None)
-@given(system=systems(), collective=st.sampled_from(COLLECTIVES), sizes=st.lists(
-    st.integers(0, 1 << 34), min_size=2, max_size=6))
-def test_time_is_monotone_in_size_for_a_fixed_choice(system: NcclSystem, collective: str,
-                                                     sizes: list[int]) -> None:
+@given(
+    system=systems(),
+    collective=st.sampled_from(COLLECTIVES),
+    sizes=st.lists(st.integers(0, 1 << 34), min_size=2, max_size=6),
+)
+def test_time_is_monotone_in_size_for_a_fixed_choice(
+    system: NcclSystem, collective: str, sizes: list[int]
+) -> None:
     """Every entry grows with size; Tree all-reduce only across powers of two (its correction factor
     rises again past the mid-size dip, so inside NCCL's model it may drop at a power of two)."""
     sizes.sort()
@@ -442,16 +536,24 @@ def test_time_is_monotone_in_size_for_a_fixed_choice(system: NcclSystem, collect
 
 
 @settings(max_examples=60, deadline=None)
-@given(system=systems(), collective=st.sampled_from(COLLECTIVES), n_bytes=st.integers(0, 1 << 34),
-       algorithms=st.sets(st.sampled_from(ALGORITHMS), min_size=1),
-       protocols=st.sets(st.sampled_from(PROTOCOLS), min_size=1))
-def test_selection_is_the_fastest_allowed_entry(system: NcclSystem, collective: str, n_bytes: int,
-                                                algorithms: set[str], protocols: set[str]) -> None:
+@given(
+    system=systems(),
+    collective=st.sampled_from(COLLECTIVES),
+    n_bytes=st.integers(0, 1 << 34),
+    algorithms=st.sets(st.sampled_from(ALGORITHMS), min_size=1),
+    protocols=st.sets(st.sampled_from(PROTOCOLS), min_size=1),
+)
+def test_selection_is_the_fastest_allowed_entry(
+    system: NcclSystem, collective: str, n_bytes: int, algorithms: set[str], protocols: set[str]
+) -> None:
     try:
         choice = select(system, collective, n_bytes, algorithms=algorithms, protocols=protocols)  # type: ignore[arg-type]
     except CollectiveError:
-        assert all(unavailable_reason(system, collective, a, p)  # type: ignore[arg-type]
-                   for a in algorithms for p in protocols)
+        assert all(
+            unavailable_reason(system, collective, a, p)  # type: ignore[arg-type]
+            for a in algorithms
+            for p in protocols
+        )
         return
     assert choice.algorithm in algorithms and choice.protocol in protocols
     assert choice.channels >= 1 and choice.threads >= 1

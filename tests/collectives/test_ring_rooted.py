@@ -130,9 +130,7 @@ def _auto(**kw: object) -> AutoAlgorithm:
 @pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather", "broadcast", "reduce"])
 @pytest.mark.parametrize("system", [H100X8, H100X16], ids=["1node", "2nodes"])
 @pytest.mark.parametrize("size", [8, 2**16, 2**20, 2**28])
-def test_auto_follows_the_tuner_for_every_collective(
-    collective: str, system: NcclSystem, size: int
-) -> None:
+def test_auto_follows_the_tuner_for_every_collective(collective: str, system: NcclSystem, size: int) -> None:
     registered = algorithms(collective)
     choice = choose_for(_auto(), system, size, registered, collective)
     assert choice.nccl is not None

@@ -76,7 +76,8 @@ def test_graph_devices_map_onto_network_devices() -> None:
     rid = routes.ids(np.array([1]), np.array([0]))
     assert routes.narrowest_Bps[rid].tolist() == [1 * GB]
     assert routes.channels[rid[0]].tolist() == [
-        net.channel_names.index("d0->d1"), net.channel_names.index("d1->d2")
+        net.channel_names.index("d0->d1"),
+        net.channel_names.index("d1->d2"),
     ]
 
 

@@ -10,6 +10,7 @@ per groups and algorithm, and every sum is taken call by call in the order
 :func:`~parplan.api.sharded_analytic._stage_sync` and :func:`~parplan.plan.sharded.memory.
 stage_memory` take it, so the figures equal the layout path's (``relayout_sync``) bit for bit.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
