@@ -38,7 +38,7 @@ dtype (:func:`gathered_param_bytes`), whatever precision the sharded copy is kep
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from parplan.config.strategy import ShardedStrategy
@@ -212,10 +212,25 @@ def _bucket_runs(params: Sequence[tuple[float, int]], bucket_params: float) -> l
     return out
 
 
-def _buckets(units: Sequence[UnitParams], kind: str, bucket_params: float) -> list[float]:
-    """Parameter counts of the buckets of ``kind`` ("dense"/"expert") filled in backward order."""
-    params = [(u.dense if kind == "dense" else u.expert, 1) for u in reversed(units)]
-    return [value for value, count in _bucket_runs(params, bucket_params) for _ in range(count)]
+def _dp_buckets(
+    strategy: ShardedStrategy, runs: Sequence[UnitRun], grad_bytes: float, data_ranks: int, expert_ranks: int
+) -> Iterator[tuple[str, CommAxis, float, int, int]]:
+    """The data-parallel gradient buckets of a stage whose units ``runs`` stands for (ZeRO 0-2),
+    dense then expert, each filled in backward order (:func:`_bucket_runs`), as (kind, axis, bucket
+    parameters, index of the first bucket, count of equal buckets in a row)."""
+    bucket_params = strategy.aggregation.bucket_size_bytes / grad_bytes
+    kinds: tuple[tuple[str, CommAxis, int], ...] = (
+        ("dense", "dp_cp", data_ranks),
+        ("expert", "edp", expert_ranks),
+    )
+    for kind, axis, ranks in kinds:
+        if ranks <= 1:
+            continue
+        params = [(u.dense if kind == "dense" else u.expert, n) for u, n in reversed(runs)]
+        k = 0
+        for n, count in _bucket_runs(params, bucket_params):
+            yield kind, axis, n, k, count
+            k += count
 
 
 def _bucket_calls(
@@ -254,17 +269,15 @@ def stage_sync(
     ``data_ranks`` is the size of dp_cp, ``expert_ranks`` of edp, ``shard_group`` of a
     hybrid-shard block.
     """
+    singles = [(u, 1) for u in units]  # every unit and bucket its own call, with its own label
     if fully_sharded(strategy):
-        return _fsdp_sync(strategy, units, grad_bytes, param_bytes, shard_group, data_ranks, expert_ranks)
-    bucket_params = strategy.aggregation.bucket_size_bytes / grad_bytes
+        runs = _fsdp_runs(strategy, singles, grad_bytes, param_bytes, shard_group, data_ranks, expert_ranks)
+        return runs.expanded()
     grads: list[CommCall] = []
     params: list[CommCall] = []
-    for kind, axis, ranks in (("dense", "dp_cp", data_ranks), ("expert", "edp", expert_ranks)):
-        if ranks <= 1:
-            continue
-        ax: CommAxis = "dp_cp" if axis == "dp_cp" else "edp"
-        for k, n in enumerate(_buckets(units, kind, bucket_params)):
-            grad, gather = _bucket_calls(strategy, kind, ax, n, k, grad_bytes, param_bytes)
+    for kind, axis, n, first, count in _dp_buckets(strategy, singles, grad_bytes, data_ranks, expert_ranks):
+        for k in range(first, first + count):
+            grad, gather = _bucket_calls(strategy, kind, axis, n, k, grad_bytes, param_bytes)
             grads.append(grad)
             if gather is not None:
                 params.append(gather)
@@ -284,26 +297,14 @@ def stage_sync_runs(
     """:func:`stage_sync` of the units ``runs`` stands for, in run-length form (the same rules:
     :func:`_bucket_runs`, :func:`_bucket_calls`, :func:`_unit_calls`)."""
     if fully_sharded(strategy):
-        ranks = (shard_group, data_ranks, expert_ranks)
-        per_run = [(_unit_calls(strategy, u, grad_bytes, param_bytes, *ranks), n) for u, n in runs]
-        gathers = tuple((calls[0], n) for calls, n in per_run if calls[0])
-        grads = tuple((calls[1], n) for calls, n in reversed(per_run) if calls[1])
-        return StageSyncRuns(gathers, grads, ())
-    bucket_params = strategy.aggregation.bucket_size_bytes / grad_bytes
+        return _fsdp_runs(strategy, runs, grad_bytes, param_bytes, shard_group, data_ranks, expert_ranks)
     grad_runs: list[CallRun] = []
     param_runs: list[CallRun] = []
-    for kind, axis, data in (("dense", "dp_cp", data_ranks), ("expert", "edp", expert_ranks)):
-        if data <= 1:
-            continue
-        ax: CommAxis = "dp_cp" if axis == "dp_cp" else "edp"
-        params = [(u.dense if kind == "dense" else u.expert, n) for u, n in reversed(runs)]
-        k = 0
-        for n, count in _bucket_runs(params, bucket_params):
-            grad, gather = _bucket_calls(strategy, kind, ax, n, k, grad_bytes, param_bytes)
-            grad_runs.append(((grad,), count))
-            if gather is not None:
-                param_runs.append(((gather,), count))
-            k += count
+    for kind, axis, n, first, count in _dp_buckets(strategy, runs, grad_bytes, data_ranks, expert_ranks):
+        grad, gather = _bucket_calls(strategy, kind, axis, n, first, grad_bytes, param_bytes)
+        grad_runs.append(((grad,), count))
+        if gather is not None:
+            param_runs.append(((gather,), count))
     return StageSyncRuns((), tuple(grad_runs), tuple(param_runs))
 
 
@@ -348,22 +349,21 @@ def _unit_calls(
     return tuple(gathers), tuple(grads)
 
 
-def _fsdp_sync(
+def _fsdp_runs(
     strategy: ShardedStrategy,
-    units: Sequence[UnitParams],
+    runs: Sequence[UnitRun],
     grad_bytes: float,
     param_bytes: float,
     shard_group: int,
     data_ranks: int,
     expert_ranks: int,
-) -> StageSync:
-    per_unit = [
-        _unit_calls(strategy, u, grad_bytes, param_bytes, shard_group, data_ranks, expert_ranks)
-        for u in units
-    ]
-    gathers = tuple(c for calls in per_unit for c in calls[0])
-    grads = tuple(c for calls in reversed(per_unit) for c in calls[1])
-    return StageSync(gathers, grads, ())
+) -> StageSyncRuns:
+    """ZeRO-3 / FSDP: each unit's gathers in model order, its gradient calls in backward order."""
+    ranks = (shard_group, data_ranks, expert_ranks)
+    per_run = [(_unit_calls(strategy, u, grad_bytes, param_bytes, *ranks), n) for u, n in runs]
+    gathers = tuple((calls[0], n) for calls, n in per_run if calls[0])
+    grads = tuple((calls[1], n) for calls, n in reversed(per_run) if calls[1])
+    return StageSyncRuns(gathers, grads, ())
 
 
 def optimizer_params(

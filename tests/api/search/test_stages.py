@@ -26,7 +26,7 @@ from parplan.plan.sharded.sync import (
     StageSync,
     UnitParams,
     _bucket_runs,
-    _buckets,
+    _dp_buckets,
     stage_sync,
     stage_sync_runs,
     unit_runs,
@@ -76,7 +76,14 @@ def test_bucket_runs_equal_filling_one_by_one(params: list[float], bucket: float
     runs = [(p, len(list(g))) for p, g in itertools.groupby(params)]
     assert _expand(_bucket_runs(runs, bucket)) == _one_by_one(params, bucket)
     units = [UnitParams("u", p, 0.0) for p in reversed(params)]
-    assert _buckets(units, "dense", bucket) == _one_by_one(params, bucket)
+    strategy = ShardedStrategy(kind="sharded")
+    aggregation = strategy.aggregation.model_copy(update={"bucket_size_bytes": bucket})
+    strategy = strategy.model_copy(update={"aggregation": aggregation})
+    buckets = list(_dp_buckets(strategy, [(u, 1) for u in units], 1.0, 2, 1))
+    assert _expand([(n, count) for _, _, n, _, count in buckets]) == _one_by_one(params, bucket)
+    assert [first for _, _, _, first, _ in buckets] == list(
+        itertools.accumulate([count for *_, count in buckets[:-1]], initial=0)
+    )[: len(buckets)]
 
 
 def test_bucket_runs_equal_filling_one_by_one_on_random_runs() -> None:
