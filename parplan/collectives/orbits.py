@@ -32,7 +32,14 @@ import numpy as np
 
 from parplan.collectives._build import make_schedule
 from parplan.collectives.algorithm import AlgorithmSpecBase
-from parplan.collectives.ring import RING_PHASES, RingAlgorithm, ring_channels, ring_lanes, ring_orders
+from parplan.collectives.ring import (
+    RING_PHASES,
+    RingAlgorithm,
+    ring_channels,
+    ring_lanes,
+    ring_meta,
+    ring_orders,
+)
 from parplan.collectives.schedule import IntArray, Schedule, chunk_bounds
 
 Groups = Sequence[Sequence[int]]
@@ -126,10 +133,7 @@ def _ring_orbit_schedule(
         num_elements=num_elements,
         phase_names=RING_PHASES,
         meta={
-            "chunks": p,
-            "channels": len(orders),
-            "channel_bounds": tuple(int(x) for x in parts),
-            "rings": tuple(tuple(int(r) for r in o) for o in orders),
+            **ring_meta(p, orders, parts),
             "orbit": {"shift": g, "orbit_size": p // g, "steps": n * (p // g)},
         },
         step_meta=step_meta,

@@ -42,7 +42,7 @@ gammas). Volumes: :func:`ring_traffic`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -270,14 +270,21 @@ def ring_all_reduce(
         num_ranks=p,
         num_elements=num_elements,
         phase_names=RING_PHASES,
-        meta={
-            "chunks": p,
-            "channels": count,
-            "channel_bounds": tuple(int(x) for x in parts),
-            "rings": tuple(tuple(o) for o in orders),
-        },
+        meta=ring_meta(p, orders, parts),
         step_meta=step_meta,
     )
+
+
+def ring_meta(p: int, orders: Sequence[Iterable[int]], parts: Iterable[int]) -> dict[str, object]:
+    """A ring all-reduce schedule's ``meta``: ``p`` chunks, the channels' element bounds
+    (``parts``) and rings (``orders``); the orbit form (:mod:`parplan.collectives.orbits`) adds
+    its own entry to the same."""
+    return {
+        "chunks": p,
+        "channels": len(orders),
+        "channel_bounds": tuple(int(x) for x in parts),
+        "rings": tuple(tuple(int(r) for r in o) for o in orders),
+    }
 
 
 def ring_lanes(channels: int, groups: Sequence[Sequence[int]] | None = None) -> list[int]:
