@@ -286,10 +286,10 @@ class SyncBuilder:
         does not depend on its groups: (calls, optimizer seconds, model state bytes, sync buffer
         bytes, whether it has gradient calls). The units and the calls are memoised on what they
         depend on (:meth:`_stage_units`, :meth:`_calls`), so structures alike but for dp share
-        them."""
+        them, and so are stages alike but for how their blocks split into chunks."""
         data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
         runs, sums = self._stage_units(strategy, mesh, kind)
-        sequence, buffers, has_grad = self._calls(strategy, mesh, kind[:3], runs)
+        sequence, buffers, has_grad = self._calls(strategy, mesh, _units_key(kind), runs)
         owned = optimizer_params(strategy, sums, data, expert, shard)
         return (
             sequence,
@@ -304,8 +304,9 @@ class SyncBuilder:
     ) -> tuple[list[UnitRun], tuple[UnitParams, UnitParams]]:
         """A stage type's units as runs, and two units holding their dense and their expert sums
         (added one unit at a time: what :func:`~parplan.plan.sharded.sync.optimizer_params` adds,
-        which adds these two to the same figures, ``x + 0.0 == x``)."""
-        key = (strategy.tp, mesh.ep, strategy.pp > 1, *kind[:3])
+        which adds these two to the same figures, ``x + 0.0 == x``): the units in model order,
+        the same for every split of the stage's blocks into chunks (:func:`_units_key`)."""
+        key = (strategy.tp, mesh.ep, strategy.pp > 1, *_units_key(kind))
         found = self._unit_memo.get(key)
         if found is None:
             units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
@@ -396,6 +397,14 @@ class SyncBuilder:
             + grads * spec.bytes_per_grad
             + optimizer * spec.optimizer_bytes_per_param
         )
+
+
+def _units_key(kind: tuple[Any, ...]) -> tuple[bool, bool, int]:
+    """What a stage type's units in model order depend on: whether it holds the embedding (first)
+    and the head (last), and its blocks (:meth:`SyncBuilder._units` lays them out chunk by chunk,
+    embedding first and head last, so any split of the blocks gives one sequence of units: the
+    calls and the unit sums are alike; the model state, summed per chunk, is not)."""
+    return (kind[0], kind[1], sum(kind[2]))
 
 
 def _sums(runs: Sequence[tuple[Sequence[tuple[float, float]], int]]) -> tuple[float, ...]:

@@ -200,13 +200,27 @@ def _stack_sync(syncs: list[Sync]) -> Sync:
 def _keys(
     table: CandidateTable, names: tuple[str, ...], remap: dict[str, np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(first row of each distinct key, each row's key index), keys in order of first appearance;
-    ``remap[name]`` maps a column's values first (values that key alike)."""
+    """(first row of each distinct key, each row's key index), keys in lexicographic order of
+    their columns; ``remap[name]`` maps a column's values first (values that key alike). The
+    columns are folded into one int64 per row (mixed radix over each column's range, which keeps
+    the lexicographic order), so one 1-D ``np.unique`` does what ``np.unique(axis=0)`` on the
+    stacked columns does at several times the cost; a test holds the two equal."""
     remap = remap or {}
     columns = [getattr(table, n).astype(np.int64) for n in names]
     keyed = [remap[n][c] if n in remap else c for n, c in zip(names, columns, strict=True)]
-    stacked = np.stack(keyed, axis=1)
-    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    code = np.zeros(len(table), dtype=np.int64)
+    span = 1
+    for column in keyed:
+        low = int(column.min()) if len(column) else 0
+        radix = (int(column.max()) - low + 1) if len(column) else 1
+        span *= radix
+        if span >= 2**62:  # too many combinations for one int64: the stacked rows
+            _, first, inverse = np.unique(
+                np.stack(keyed, axis=1), axis=0, return_index=True, return_inverse=True
+            )
+            return first, inverse.reshape(-1)
+        code = code * radix + (column - low)
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1)
 
 

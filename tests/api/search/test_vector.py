@@ -141,3 +141,32 @@ def test_search_meshes_refuse_what_build_mesh_refuses() -> None:
         with pytest.raises(PlanError) as theirs:
             build_mesh(bad, ctx.network)
         assert str(mine.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_keys_equal_unique_rows_of_the_stacked_columns(name: str) -> None:
+    """``_keys``' one-code-per-row unique equals ``np.unique(axis=0)`` on the stacked (remapped)
+    columns, on the whole space and inside seeded structures, and its too-wide fallback too."""
+    _, ctx = sample(name)
+    table, _ = enumerate_space(ctx, _search(name))
+    remap = {"fsdp": vector._COPIES_KEY}
+
+    def reference(sub: CandidateTable, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+        columns = [getattr(sub, n).astype(np.int64) for n in names]
+        keyed = [remap[n][c] if n in remap else c for n, c in zip(names, columns, strict=True)]
+        _, first, inverse = np.unique(np.stack(keyed, axis=1), axis=0, return_index=True, return_inverse=True)
+        return first, inverse.reshape(-1)
+
+    _, structures = vector._keys(table, vector._STRUCTURE)
+    for part in [
+        table,
+        *(table.take(np.flatnonzero(structures == s)) for s in range(0, structures.max() + 1, 7)),
+    ]:
+        for names in (vector._STRUCTURE, vector._MICRO, vector._SYNC):
+            for got, want in zip(vector._keys(part, names, remap), reference(part, names), strict=True):
+                assert np.array_equal(got, want)
+    wide = (*vector._STRUCTURE,) * 12  # more combinations than one int64 holds: the fallback
+    assert np.prod([float(np.ptp(getattr(table, n))) + 1 for n in wide]) >= 2.0**62
+    first, inverse = vector._keys(table, wide)
+    want = reference(table, wide)
+    assert np.array_equal(first, want[0]) and np.array_equal(inverse, want[1])
