@@ -67,26 +67,29 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
     found: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
     if "" not in nodes and len(nodes) > 1:
         index = {n: k for k, n in enumerate(nodes)}
-
-        def owner(name: str) -> tuple[int, str] | None:
+        owners: dict[Any, tuple[int, str] | None] = {}  # each element's (node index, name in node)
+        elements: list[dict[str, dict[str, Any]]] = [{} for _ in nodes]  # name in node -> attributes
+        for name, attrs in graph.nodes(data=True):
             head, _, tail = str(name).partition(".")
             k = index.get(head)
-            return None if k is None or not tail else (k, tail)
-
-        elements: list[dict[str, dict[str, Any]]] = [{} for _ in nodes]  # name in node -> attributes
+            where = owners[name] = None if k is None or not tail else (k, tail)
+            if where is not None:
+                kept = dict(attrs)
+                kept.pop("group", None)
+                elements[where[0]][where[1]] = kept
         links: list[dict[tuple[Any, Any], dict[str, Any]]] = [{} for _ in nodes]  # (from, to) -> attributes
         ok = True
-        for name, attrs in graph.nodes(data=True):
-            where = owner(name)
-            if where is not None:
-                elements[where[0]][where[1]] = {k: v for k, v in attrs.items() if k != "group"}
         for u, v, attrs in graph.edges(data=True):
-            a, b = owner(u), owner(v)
-            if a is not None and b is not None and a[0] != b[0]:
-                ok = False  # nodes linked directly: not every permutation keeps the links
-                break
-            kept = {k: x for k, x in attrs.items() if k not in _EDGE_NAMES}
+            a, b = owners[u], owners[v]
+            if a is None and b is None:
+                continue
+            kept = dict(attrs)
+            for key in _EDGE_NAMES:
+                kept.pop(key, None)
             if a is not None:
+                if b is not None and a[0] != b[0]:
+                    ok = False  # nodes linked directly: not every permutation keeps the links
+                    break
                 links[a[0]][(a[1], b[1] if b is not None else ("", str(v)))] = kept
             elif b is not None:
                 links[b[0]][(("", str(u)), b[1])] = kept
@@ -94,7 +97,7 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
         # in a node and a link's ends in the graph, so equal dicts are equal multisets)
         ok = ok and all(e == elements[0] for e in elements[1:]) and all(k == links[0] for k in links[1:])
         if ok:
-            devices = {d: owner(d) for d in network.devices}
+            devices = {d: owners[d] for d in network.devices}
             if all(w is not None for w in devices.values()):
                 found = (nodes, {d: w for d, w in devices.items() if w is not None})
     _SYMMETRY[network] = found

@@ -170,3 +170,56 @@ def test_keys_equal_unique_rows_of_the_stacked_columns(name: str) -> None:
     first, inverse = vector._keys(table, wide)
     want = reference(table, wide)
     assert np.array_equal(first, want[0]) and np.array_equal(inverse, want[1])
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_evaluation_pauses_the_collector_and_restores_it(
+    enabled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cyclic collector is off while candidates are evaluated and as it was afterwards, also
+    when the evaluation raises."""
+    import gc
+
+    name = "llama3-70b-64xh100"
+    _, ctx = sample(name)
+    table, _ = enumerate_space(ctx, _search(name))
+    seen: list[bool] = []
+    structure = vector._Evaluator.structure
+
+    def spy(self: vector._Evaluator, rows: np.ndarray) -> None:
+        seen.append(gc.isenabled())
+        structure(self, rows)
+
+    monkeypatch.setattr(vector._Evaluator, "structure", spy)
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        evaluate_candidates(ctx, _search(name), table.take(np.arange(min(40, len(table)))))
+        assert seen and not any(seen)
+        assert gc.isenabled() == enabled
+
+        def boom(self: vector._Evaluator, rows: np.ndarray) -> None:
+            raise PlanError("boom")
+
+        monkeypatch.setattr(vector._Evaluator, "structure", boom)
+        with pytest.raises(PlanError):
+            evaluate_candidates(ctx, _search(name), table)
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_network_setup_first_changes_no_figure() -> None:
+    """The set-up a benchmark times apart builds what the evaluation would build on first use:
+    the figures after it equal those of a context evaluated without it."""
+    from parplan.api.evaluate import build_context
+
+    scenario, ctx = sample("llama3-70b-64xh100")
+    fresh = build_context(scenario)
+    search = _search("llama3-70b-64xh100")
+    table, _ = enumerate_space(fresh, search)
+    vector.network_setup(fresh)
+    vector.network_setup(fresh)  # again: cached
+    first, second = evaluate_candidates(fresh, search, table), evaluate_candidates(ctx, search, table)
+    for f in fields(first):
+        assert np.array_equal(getattr(first, f.name), getattr(second, f.name)), f.name
