@@ -31,7 +31,7 @@ import numpy as np
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.compute import comm_sm_share
 from parplan.plan.sharded.blocks import chunk_calls
-from parplan.plan.sharded.comm import CommCall, LayerComm
+from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import block_figures, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
 from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
@@ -198,6 +198,7 @@ class ChunkBuilder:
         self._held: dict[tuple[Any, ...], np.ndarray] = {}
         self._comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._rows: dict[tuple[Any, ...], np.ndarray] = {}
+        self._indices: dict[tuple[Any, ...], np.ndarray] = {}
         self._kinds: dict[str, DeviceInfo] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
@@ -372,36 +373,73 @@ class ChunkBuilder:
         groups: list[tuple[Any, ...]],
     ) -> np.ndarray:
         """``[T, 12]``: :class:`ChunkSums`' call sums of each chunk type (first, last, blocks,
-        class), timed on its class's groups."""
-        calls = self._block(s, mesh, info)[1]
-        first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
-        on = np.arange(int(n.max()))[None, :] < n[:, None]  # [T, width]: the chunk's blocks
-        by_class = {c: self._comm(calls, groups[c], first, last, on, info) for c in set(types[:, 3].tolist())}
-        return np.stack([by_class[int(c)][t] for t, c in enumerate(types[:, 3])])  # each type's class
+        class), timed on its class's groups (the SM seconds on ``info``'s SMs, as
+        :meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_share` counts them). A chunk's calls
+        in order are the embedding's forward (first chunk), each block's forward, the head's
+        forward and backward (last chunk), each block's backward, the embedding's backward: each
+        type's sequence is gathered from a palette of its class's call figures (column 0 zeros,
+        for what the type skips) and added left to right from 0.0 by one ``np.add.accumulate``
+        for every type at once (zeros change no sum: ``x + 0.0 == x``)."""
+        block, emb, head = self._block(s, mesh, info)[1]
+        segments = (
+            (emb.forward, True),
+            (block.forward, True),
+            (head.forward, True),
+            (head.backward, False),
+            (block.backward, False),
+            (emb.backward, False),
+        )
+        classes = sorted(set(types[:, 3].tolist()))
+        palette = np.stack(
+            [
+                np.concatenate(
+                    [
+                        np.zeros((_COMM_FIELDS, 1)),
+                        *(self._row(seq, forward, groups[c], info) for seq, forward in segments),
+                    ],
+                    axis=1,
+                )
+                for c in classes
+            ]
+        )  # [classes, 12, 1 + calls]
+        index = self._sequence_index(tuple(len(seq) for seq, _ in segments), types)  # [T, L]
+        position = np.searchsorted(np.asarray(classes), types[:, 3])
+        values = palette[position[:, None], :, index]  # [T, L, 12]
+        return np.asarray(np.add.accumulate(values, axis=1)[:, -1, :])
 
-    def _comm(
-        self,
-        calls: tuple[LayerComm, LayerComm, LayerComm],
-        groups: tuple[Any, ...],
-        first: np.ndarray,
-        last: np.ndarray,
-        on: np.ndarray,
-        info: DeviceInfo,
+    def _sequence_index(self, lengths: tuple[int, ...], types: np.ndarray) -> np.ndarray:
+        """``[T, L]``: each chunk type's calls in order as palette columns (:meth:`_comm_sums`:
+        the six segments' columns follow column 0 in order; the blocks' segments repeated once per
+        block, zeros past the type's blocks and for the ends it lacks), memoised on the segments'
+        lengths and the types."""
+        key = (lengths, types[:, :3].tobytes())
+        found = self._indices.get(key)
+        if found is None:
+            first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
+            width = int(n.max())
+            on = np.arange(width)[None, :] < n[:, None]  # [T, width]: the chunk's blocks
+            offsets = np.cumsum((1, *lengths))
+            parts = [np.zeros((len(types), 1), dtype=np.intp)]
+            for k, (length, start) in enumerate(zip(lengths, offsets[:-1], strict=True)):
+                columns = np.arange(start, start + length)
+                if k in (1, 4):  # a block's forward, a block's backward: once per block
+                    mask = np.repeat(on, length, axis=1)
+                    parts.append(np.where(mask, np.tile(columns, width)[None, :], 0))
+                else:
+                    mask = first if k in (0, 5) else last
+                    parts.append(np.where(mask[:, None], columns[None, :], 0))
+            found = self._indices[key] = np.concatenate(parts, axis=1)
+        return found
+
+    def _row(
+        self, seq: tuple[CommCall, ...], forward: bool, groups: tuple[Any, ...], info: DeviceInfo
     ) -> np.ndarray:
-        """``[T, 12]``: the call sums of every chunk type, timed on one class's groups (the SM
-        seconds on ``info``'s SMs, as :meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_share`
-        counts them)."""
-        block, emb, head = calls
-        axis_group = dict(zip(_CHUNK_AXES, groups, strict=True))
-
-        def row(seq: tuple[CommCall, ...], forward: bool) -> np.ndarray:
-            key = (seq, forward, groups, info.name)
-            found = self._rows.get(key)
-            if found is None:
-                found = self._rows[key] = timed(seq, forward)
-            return found
-
-        def timed(seq: Sequence[CommCall], forward: bool) -> np.ndarray:
+        """``[12, len(seq)]``: each call's contribution to the call sums, timed on ``groups`` (one
+        per axis of :data:`_CHUNK_AXES`), memoised."""
+        key = (seq, forward, groups, info.name)
+        found = self._rows.get(key)
+        if found is None:
+            axis_group = dict(zip(_CHUNK_AXES, groups, strict=True))
             out = np.zeros((_COMM_FIELDS, len(seq)))
             for j, c in enumerate(seq):
                 t = self.seconds(c, axis_group[c.axis])
@@ -416,26 +454,8 @@ class ChunkBuilder:
                     out[4 + column, j] = t
                     channels = self.clock.channels(c, axis_group[c.axis])
                     out[8 + column, j] = t * comm_sm_share(info, channels)
-            return out
-
-        def repeat(pattern: np.ndarray) -> np.ndarray:
-            k = pattern.shape[1]
-            tiled = np.tile(pattern, (1, on.shape[1]))[None]  # [1, 12, width k]
-            return np.where(np.repeat(on, k, axis=1)[:, None, :], tiled, 0.0)
-
-        def ends(seq: tuple[CommCall, ...], forward: bool, mask: np.ndarray) -> np.ndarray:
-            return np.where(mask[:, None, None], row(seq, forward)[None], 0.0)
-
-        parts = [
-            ends(emb.forward, True, first),
-            repeat(row(block.forward, True)),
-            ends(head.forward, True, last),
-            ends(head.backward, False, last),
-            repeat(row(block.backward, False)),
-            ends(emb.backward, False, first),
-        ]
-        full = np.concatenate([np.zeros((len(first), _COMM_FIELDS, 1)), *parts], axis=2)
-        return np.asarray(np.add.accumulate(full, axis=2)[..., -1])
+            found = self._rows[key] = out
+        return found
 
     def _activations(
         self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo, m: int, blocks: np.ndarray
