@@ -199,7 +199,10 @@ class ChunkBuilder:
         self._comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._rows: dict[tuple[Any, ...], np.ndarray] = {}
         self._indices: dict[tuple[Any, ...], np.ndarray] = {}
-        self._kinds: dict[str, DeviceInfo] = {}
+        self._kinds: dict[str, int] = {}
+        self._kind_numbers: dict[DeviceInfo, int] = {}
+        self._palettes: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
+        self._all_comms: dict[tuple[Any, ...], np.ndarray] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -214,8 +217,10 @@ class ChunkBuilder:
     def _key(self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
         """What one block's figures depend on."""
         kind = self._kinds.get(info.name)
-        if kind is None:
-            kind = self._kinds[info.name] = _kind(info)
+        if kind is None:  # alike devices, one number (a small key, hashed at every lookup)
+            kind = self._kinds[info.name] = self._kind_numbers.setdefault(
+                _kind(info), len(self._kind_numbers)
+            )
         # pp > 1: the head holds the tied embedding's copy (parts.head_unit)
         return (s.tp, s.cp, mesh.ep, s.microbatch_size, s.sequence_parallel, s.recompute, s.pp > 1, kind)
 
@@ -319,12 +324,18 @@ class ChunkBuilder:
         type's sums do not depend on the other types beside it (padding adds zeros), nor on the
         FSDP mode, so keys alike but for it and structures alike but for dp share them."""
         block = self._key(s, mesh, info)
-        keys = [(block, f, last, n, groups[c]) for f, last, n, c in types.tolist()]
-        missing = [t for t, k in enumerate(keys) if k not in self._comms]
-        if missing:
-            for t, row in zip(missing, self._comm_sums(s, mesh, info, types[missing], groups), strict=True):
-                self._comms[keys[t]] = row
-        return np.stack([self._comms[k] for k in keys])
+        whole = (block, types.tobytes(), tuple(groups))
+        found = self._all_comms.get(whole)
+        if found is None:
+            keys = [(block, f, last, n, groups[c]) for f, last, n, c in types.tolist()]
+            missing = [t for t, k in enumerate(keys) if k not in self._comms]
+            if missing:
+                for t, row in zip(
+                    missing, self._comm_sums(s, mesh, info, types[missing], groups), strict=True
+                ):
+                    self._comms[keys[t]] = row
+            found = self._all_comms[whole] = np.stack([self._comms[k] for k in keys])
+        return found
 
     def _compute_sums(
         self, strategies: Sequence[ShardedStrategy], mesh: Mesh, info: DeviceInfo, types: np.ndarray
@@ -380,32 +391,38 @@ class ChunkBuilder:
         type's sequence is gathered from a palette of its class's call figures (column 0 zeros,
         for what the type skips) and added left to right from 0.0 by one ``np.add.accumulate``
         for every type at once (zeros change no sum: ``x + 0.0 == x``)."""
-        block, emb, head = self._block(s, mesh, info)[1]
-        segments = (
-            (emb.forward, True),
-            (block.forward, True),
-            (head.forward, True),
-            (head.backward, False),
-            (block.backward, False),
-            (emb.backward, False),
-        )
         classes = sorted(set(types[:, 3].tolist()))
-        palette = np.stack(
-            [
-                np.concatenate(
-                    [
-                        np.zeros((_COMM_FIELDS, 1)),
-                        *(self._row(seq, forward, groups[c], info) for seq, forward in segments),
-                    ],
-                    axis=1,
-                )
-                for c in classes
-            ]
-        )  # [classes, 12, 1 + calls]
-        index = self._sequence_index(tuple(len(seq) for seq, _ in segments), types)  # [T, L]
+        palettes = [self._palette(s, mesh, info, groups[c]) for c in classes]
+        palette = np.stack([p for p, _ in palettes])  # [classes, 12, 1 + calls]
+        lengths = palettes[0][1]
+        index = self._sequence_index(lengths, types)  # [T, L]
         position = np.searchsorted(np.asarray(classes), types[:, 3])
         values = palette[position[:, None], :, index]  # [T, L, 12]
         return np.asarray(np.add.accumulate(values, axis=1)[:, -1, :])
+
+    def _palette(
+        self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo, groups: tuple[Any, ...]
+    ) -> tuple[np.ndarray, tuple[int, ...]]:
+        """``[12, 1 + calls]``, a zero column then the six segments' calls (:meth:`_comm_sums`)
+        timed on one class's ``groups``, and the segments' lengths; memoised on the block key."""
+        key = (self._key(s, mesh, info), groups, info.name)
+        found = self._palettes.get(key)
+        if found is None:
+            block, emb, head = self._block(s, mesh, info)[1]
+            segments = (
+                (emb.forward, True),
+                (block.forward, True),
+                (head.forward, True),
+                (head.backward, False),
+                (block.backward, False),
+                (emb.backward, False),
+            )
+            rows = [self._row(seq, forward, groups, info) for seq, forward in segments]
+            found = self._palettes[key] = (
+                np.concatenate([np.zeros((_COMM_FIELDS, 1)), *rows], axis=1),
+                tuple(len(seq) for seq, _ in segments),
+            )
+        return found
 
     def _sequence_index(self, lengths: tuple[int, ...], types: np.ndarray) -> np.ndarray:
         """``[T, L]``: each chunk type's calls in order as palette columns (:meth:`_comm_sums`:
