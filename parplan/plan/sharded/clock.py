@@ -53,6 +53,22 @@ _CHANNELS: weakref.WeakKeyDictionary[Network, dict[tuple[str, float, tuple[str, 
 """Per network: the NCCL channels of each (collective, size, group) (:meth:`GroupClock.channels`)."""
 
 
+class _Hashed(tuple):  # type: ignore[type-arg]
+    """A tuple whose hash is worked out once. A canonical group (hundreds of device names for a
+    data-parallel group) and its ranks by node key every cache of the clock, and a plain tuple
+    hashes all its items at every lookup; equal to, and hashing as, the plain tuple."""
+
+    _hash: int
+
+    def __new__(cls, items: Any) -> _Hashed:
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
     """The nodes and each device's (node index, element name) when exchanging any two nodes maps
     the network onto itself: every element of a node is named ``NODE.NAME``, every node holds the
@@ -210,7 +226,8 @@ class GroupClock:
             for d in devices:
                 k, name = where[d]
                 out.append(f"{nodes[renumber.setdefault(k, len(renumber))]}.{name}")
-            found = self._canonical[devices] = tuple(out)
+            found = self._canonical[devices] = _Hashed(out)
+            self._canonical.setdefault(found, found)  # a canonical group is its own (idempotent)
         return found
 
     def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
@@ -223,7 +240,7 @@ class GroupClock:
             # the grouping)
             attrs = self.network.graph.nodes
             keys = [("group", g) if (g := attrs[d].get("group")) else ("device", d) for d in devices]
-            found = tuple(tuple(g) for g in groups_by_key(keys))
+            found = _Hashed(tuple(g) for g in groups_by_key(keys))
             self._groups_by_node[devices] = found
         return found
 

@@ -277,3 +277,23 @@ def test_clock_groups_ranks_by_node_as_placement_does(cluster: str) -> None:
     for _ in range(20):
         group = tuple(rng.sample(devices, rng.randint(1, len(devices))))
         assert clock._node_groups(group) == tuple(tuple(g) for g in groups_by_node(network, group))
+
+
+def test_canonical_groups_hash_once_and_are_their_own_canonical() -> None:
+    """A canonical group keeps its hash (every cache of the clock is keyed on it) and is equal to,
+    and hashes as, the plain tuple; canonical of a canonical group is the group itself."""
+    network = build_network(load_cluster(_CLUSTERS / "dgx-a100-128nodes.yaml"))
+    clock = GroupClock(network, share_congruent=True)
+    devices = network.devices
+    rng = random.Random(5)
+    for _ in range(20):
+        group = tuple(rng.sample(devices, rng.randint(1, 64)))
+        canonical = clock.canonical(group)
+        plain = tuple(canonical)
+        assert canonical == plain and hash(canonical) == hash(plain)
+        assert clock.canonical(canonical) is canonical
+        assert clock.canonical(plain) == canonical
+        assert {plain: 1}[canonical] == 1 and {canonical: 1}[plain] == 1
+        by_node = clock._node_groups(canonical)
+        assert hash(by_node) == hash(tuple(by_node))
+        assert by_node == tuple(tuple(g) for g in groups_by_node(network, canonical))
