@@ -22,7 +22,7 @@ devices and placements other than the default take the reference path (:func:`ap
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -83,16 +83,24 @@ class _View:
     p2p_bytes: float
 
 
-def applies(ctx: PlanContext, mesh: Mesh, strategy: ShardedStrategy, shape: TransformerShape) -> bool:
+def applies(
+    ctx: PlanContext,
+    mesh: Mesh,
+    strategy: ShardedStrategy,
+    shape: TransformerShape,
+    kind_of: Callable[[str], Any] | None = None,
+) -> bool:
     """Whether the array path holds: every block alike, every stage's device alike, the default
-    placement (:func:`group_of`'s rank arithmetic)."""
+    placement (:func:`group_of`'s rank arithmetic). ``kind_of``: a device's kind by name
+    (:meth:`Meshes.kind`, memoised), else read off the network."""
     from parplan.config.strategy import DEFAULT_PLACEMENT
 
     if tuple(strategy.placement) != DEFAULT_PLACEMENT or strategy.devices is not None:
         return False
     if len({shape.is_moe(i) for i in range(shape.layers)}) > 1:
         return False
-    kinds = {_kind(ctx.network.device(mesh.device({"pp": s}))) for s in range(mesh.pp)}
+    kind = kind_of or (lambda device: _kind(ctx.network.device(device)))
+    kinds = {kind(mesh.device({"pp": s})) for s in range(mesh.pp)}
     return len(kinds) == 1
 
 
@@ -138,6 +146,15 @@ class Meshes:
         self.network = network
         self._devices = tuple(network.devices)
         self._nodes: tuple[str, ...] | None = None
+        self._kinds: dict[str, DeviceInfo] = {}
+
+    def kind(self, device: str) -> DeviceInfo:
+        """``device``'s record without its name and node (alike devices time alike), memoised
+        for the search (its network does not change while it runs)."""
+        found = self._kinds.get(device)
+        if found is None:
+            found = self._kinds[device] = _kind(self.network.device(device))
+        return found
 
     def build(self, strategy: ShardedStrategy) -> Mesh:
         """The mesh of ``strategy`` (module docstring of :mod:`parplan.plan.sharded.mesh`)."""

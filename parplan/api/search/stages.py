@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 _SYNC_AXES = ("dp_cp", "edp", "dp_shard", "dp_replicate", "embedding")
 """The groups the data-parallel calls run in."""
+_DATA_SLICES = ("dp_cp", "edp", "dp_shard", "dp_replicate")
+"""The axes whose groups :func:`~parplan.api.search.chunks.group_of` cuts from the stage's
+``dp_cp`` group, from its first rank on."""
 _DP_AXES = ("dp", "dp_cp", "edp", "dp_replicate")
 """The axes whose all-reduces run the plan's algorithm (the clock's rule)."""
 
@@ -135,9 +138,15 @@ class SyncBuilder:
         index = np.empty(pp, dtype=np.intp)
         for s in range(pp):
             data = group_of(mesh, "dp_cp", s)
-            groups = tuple(
-                self._group_id(self.clock.canonical(group_of(mesh, a, s, data))) for a in _SYNC_AXES
-            )
+            whole = self._group_id(self.clock.canonical(data))
+            numbers = []
+            for a in _SYNC_AXES:
+                group = data if a == "dp_cp" else group_of(mesh, a, s, data)
+                # edp, dp_shard and dp_replicate are slices of dp_cp from its first rank: as long
+                # as it, they are it (and need no canonical of their own, a hash of every rank)
+                same = a in _DATA_SLICES and len(group) == len(data)
+                numbers.append(whole if same else self._group_id(self.clock.canonical(group)))
+            groups = tuple(numbers)
             key = (s == 0, s == pp - 1, tuple(counts[vc * pp + s] for vc in range(v)), groups)
             index[s] = types.setdefault(key, len(types))
         return index, list(types)

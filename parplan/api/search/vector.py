@@ -274,7 +274,7 @@ class _Evaluator:
             row = self._varying(sub, r)
             update = {"zero": row["zero"], "fsdp": row["fsdp"], "aggregation": row["aggregation"]}
             sync_strategies.append(strategies[0].model_copy(update=update))
-        if applies(self.ctx, mesh, strategies[0], self.shape):
+        if applies(self.ctx, mesh, strategies[0], self.shape, self.meshes.kind):
             figures = self.chunks.build(mesh, strategies)
             states = self.stages.build(mesh, sync_strategies)
         else:

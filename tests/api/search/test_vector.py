@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import fields
 
 import numpy as np
@@ -94,6 +95,11 @@ def test_the_samples_take_the_array_path(name: str) -> None:
     strategy = table.strategy(0, search)
     mesh = build_mesh(strategy, ctx.network)
     assert applies(ctx, mesh, strategy, transformer_shape(ctx))
+    meshes = Meshes(ctx.network)
+    assert applies(ctx, mesh, strategy, transformer_shape(ctx), meshes.kind)
+    for device in ctx.network.devices[:: max(1, len(ctx.network.devices) // 50)]:
+        info = ctx.network.device(device)
+        assert meshes.kind(device) == meshes.kind(device) == dataclasses.replace(info, name="", group=None)
 
 
 def test_order_of_rows_does_not_change_figures() -> None:
