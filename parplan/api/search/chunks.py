@@ -100,7 +100,8 @@ def applies(
     if len({shape.is_moe(i) for i in range(shape.layers)}) > 1:
         return False
     kind = kind_of or (lambda device: _kind(ctx.network.device(device)))
-    kinds = {kind(mesh.device({"pp": s})) for s in range(mesh.pp)}
+    step = mesh.tp * mesh.cp  # stage s's first device, on the default placement (group_of's rule)
+    kinds = {kind(mesh.devices[s * step]) for s in range(mesh.pp)}
     return len(kinds) == 1
 
 

@@ -103,21 +103,25 @@ class SyncBuilder:
         self._calls_memo: dict[tuple[Any, ...], tuple[int, float, float]] = {}
         self._sums_memo: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._sequence_ids: dict[tuple[Any, ...], int] = {}
+        self._algorithm_numbers: dict[Any, int] = {}  # small keys for the memos (a spec hashes its fields)
         self._sequences: list[StageCallRuns] = []
         self._group_ids: dict[tuple[str, ...], int] = {}
         self._groups: list[tuple[str, ...]] = []
 
-    def _timed(self, call: CommCall, group: int, algorithm: Any, info: DeviceInfo) -> tuple[float, float]:
+    def _timed(
+        self, call: CommCall, group: int, algorithm: tuple[Any, int], info: DeviceInfo
+    ) -> tuple[float, float]:
         """(seconds, SM seconds) of ``call`` in the canonical group numbered ``group``: the clock's
         seconds (``algorithm`` runs a data-parallel all-reduce) and those times the share of
         ``info``'s SMs its NCCL channels hold (:meth:`~parplan.plan.sharded.clock.CollectiveClock.
-        stolen`'s product); memoised on what they depend on (not the call's label)."""
+        stolen`'s product); memoised on what they depend on (not the call's label; the algorithm
+        by its number, ``algorithm`` being the spec and its number)."""
         dp_reduce = call.collective == "all_reduce" and call.axis in _DP_AXES
-        key = (group, call.collective, call.size_bytes, algorithm if dp_reduce else None)
+        key = (group, call.collective, call.size_bytes, algorithm[1] if dp_reduce else None)
         found = self._times.get(key)
         if found is None:
             devices = self._groups[group]
-            seconds = self.clock.seconds(call, devices, algorithm)
+            seconds = self.clock.seconds(call, devices, algorithm[0])
             share = comm_sm_share(info, self.clock.channels(call, devices))
             found = self._times[key] = (seconds, seconds * share)
         return found
@@ -183,22 +187,27 @@ class SyncBuilder:
         aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds)."""
         hybrid: Mesh | None = None
         staged: dict[int, _Staged] = {}
-        rows = []
-        for strategy in strategies:
+        rows: dict[int, tuple[_Staged, list[int], list[list[tuple[float, ...]]]]] = {}  # per mesh
+        for y, strategy in enumerate(strategies):
             mesh = base
             if strategy.fsdp == "hybrid_shard":
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
             found = staged.get(id(mesh))
             if found is None:
                 found = staged[id(mesh)] = self._staged(mesh, strategy)
+                rows[id(mesh)] = (found, [], [])
             s, algorithm = strategy, strategy.aggregation.algorithm
+            number = self._algorithm_numbers.setdefault(algorithm, len(self._algorithm_numbers))
             prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, *found.dims)
             per_type = [
-                self._stage(s, mesh, prefix, algorithm, kind, tied, found.info)
+                self._stage(s, mesh, prefix, (algorithm, number), kind, tied, found.info)
                 for kind, tied in zip(found.kinds, found.tied, strict=True)
             ]
-            rows.append(np.asarray(per_type)[found.index])  # [pp, 12]
-        table = np.stack(rows)  # [Y, pp, 12]
+            rows[id(mesh)][1].append(y)
+            rows[id(mesh)][2].append(per_type)
+        table = np.empty((len(strategies), base.pp, 12))  # [Y, pp, 12]
+        for found, ys, per_types in rows.values():
+            table[ys] = np.asarray(per_types)[:, found.index]
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
         per_micro = np.asarray([[f[0]] for f in flags])
         sync = StageSync(
@@ -229,7 +238,8 @@ class SyncBuilder:
         algorithm)."""
         index, kinds = self._stages(mesh, strategy.virtual_stages)
         info = self.ctx.network.device(mesh.device({"pp": 0}))
-        shape, algorithm = self.shape, strategy.aggregation.algorithm
+        shape, spec = self.shape, strategy.aggregation.algorithm
+        algorithm = (spec, self._algorithm_numbers.setdefault(spec, len(self._algorithm_numbers)))
         embedding = _SYNC_AXES.index("embedding")
         tied = []
         for first, last, _, gids in kinds:
@@ -247,7 +257,7 @@ class SyncBuilder:
         strategy: ShardedStrategy,
         mesh: Mesh,
         prefix: tuple[Any, ...],
-        algorithm: Any,
+        algorithm: tuple[Any, int],
         kind: tuple[Any, ...],
         tied: float,
         info: DeviceInfo,
@@ -264,7 +274,7 @@ class SyncBuilder:
         if static is None:
             static = self._statics[key] = self._static(strategy, mesh, kind, info)
         sequence, optimizer, states, buffers, has_grad = static
-        sums_key = (sequence, kind[3], algorithm, info.name)
+        sums_key = (sequence, kind[3], algorithm[1], info.name)
         sums = self._sums_memo.get(sums_key)
         if sums is None:
             sums = self._sums_memo[sums_key] = self._summed(sequence, kind[3], algorithm, info)
@@ -365,7 +375,7 @@ class SyncBuilder:
         return found
 
     def _summed(
-        self, sequence: int, gids: tuple[int, ...], algorithm: Any, info: DeviceInfo
+        self, sequence: int, gids: tuple[int, ...], algorithm: tuple[Any, int], info: DeviceInfo
     ) -> tuple[float, ...]:
         """The sums of calls ``sequence`` in the groups numbered ``gids`` (:data:`_SYNC_AXES`):
         (gather first, gather sum, first gather's SM seconds, the other gathers', scatter last,
@@ -383,7 +393,7 @@ class SyncBuilder:
         return (gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced)
 
     def _priced(
-        self, runs: Sequence[CallRun], groups: dict[str, int], algorithm: Any, info: DeviceInfo
+        self, runs: Sequence[CallRun], groups: dict[str, int], algorithm: tuple[Any, int], info: DeviceInfo
     ) -> list[tuple[list[tuple[float, float]], int]]:
         """``runs`` with each call's (seconds, SM seconds) for the call (:meth:`_timed`)."""
         return [
