@@ -217,6 +217,7 @@ class ChunkBuilder:
         self._comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._rows: dict[tuple[Any, ...], np.ndarray] = {}
         self._indices: dict[tuple[Any, ...], np.ndarray] = {}
+        self._prefixes: dict[tuple[float, int], np.ndarray] = {}
         self._kinds: dict[str, int] = {}
         self._kind_numbers: dict[DeviceInfo, int] = {}
         self._palettes: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
@@ -504,7 +505,13 @@ class ChunkBuilder:
             held = self._held[key] = np.asarray(
                 [inflight_chunks(s.schedule, m, pp, st, v) for st in range(pp)]
             )
-        layers = np.add.accumulate(np.concatenate([[0.0], np.full(int(blocks.max()), per_block)]))[blocks]
+        width = int(blocks.max())
+        prefix = self._prefixes.get((per_block, width))
+        if prefix is None:  # 0, one block's, two blocks' ... added one at a time
+            prefix = self._prefixes[(per_block, width)] = np.add.accumulate(
+                np.concatenate([[0.0], np.full(width, per_block)])
+            )
+        layers = prefix[blocks]
         total = layers * held + working
         tokens = s.microbatch_size * shape.sequence_length / s.cp
         sp_split = s.tp if s.sequence_parallel else 1
