@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from parplan.collectives.auto import AutoAlgorithm
+from parplan.collectives.auto import AutoAlgorithm, AutoChoice
 from parplan.plan.base import PlanContext
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
@@ -141,12 +141,11 @@ def _closed_form(
     """One call's seconds (module docstring). Cached: congruent groups of a mesh share every
     argument."""
     from parplan.collectives.algorithm import UniformCost
-    from parplan.collectives.auto_collectives import choose_for
-    from parplan.collectives.registry import algorithms, get
+    from parplan.collectives.registry import get
     from parplan.plan.collective import resolve_run
 
     if isinstance(spec, AutoAlgorithm) and system is not None:
-        choice = choose_for(spec, system, size_bytes, algorithms(collective), collective)
+        choice = _auto_choice(spec, collective, size_bytes, system)
         if choice.nccl is not None:
             return choice.nccl.time_us * 1e-6 + float(transport.call_latency_s)
     run = resolve_run(spec, size_bytes, system, transport, collective=collective)
@@ -187,11 +186,19 @@ def _closed_form(
 def _nccl_channels(collective: str, size_bytes: float, system: Any) -> int:
     """The channels NCCL's ``auto`` pick launches for one call (its runtime channels), 0 when its
     model does not cover the call. Cached like :func:`_closed_form`."""
+    choice = _auto_choice(_AUTO, collective, size_bytes, system)
+    return choice.nccl.channels if choice.nccl is not None else 0
+
+
+@lru_cache(maxsize=4096)
+def _auto_choice(spec: AutoAlgorithm, collective: str, size_bytes: float, system: Any) -> AutoChoice:
+    """What ``auto`` picks for one call on ``system``: cached apart from :func:`_closed_form` and
+    :func:`_nccl_channels`, which both ask it for ``auto``'s default spec (a call's time and its
+    channels: one pick, not two)."""
     from parplan.collectives.auto_collectives import choose_for
     from parplan.collectives.registry import algorithms
 
-    choice = choose_for(_AUTO, system, size_bytes, algorithms(collective), collective)
-    return choice.nccl.channels if choice.nccl is not None else 0
+    return choose_for(spec, system, size_bytes, algorithms(collective), collective)
 
 
 class GroupClock:
