@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
-from parplan.plan.compute import comm_sm_share
+from parplan.plan.compute import comm_compute_share
 from parplan.plan.sharded.blocks import chunk_calls
+from parplan.plan.sharded.clock import bus_bytes
 from parplan.plan.sharded.comm import CommCall, LayerComm
-from parplan.plan.sharded.costs import block_figures, split_layers
+from parplan.plan.sharded.costs import block_figures, block_memory_share, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
 from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
 from parplan.plan.sharded.parts import (
@@ -199,6 +200,7 @@ class ChunkBuilder:
         self._comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._rows: dict[tuple[Any, ...], np.ndarray] = {}
         self._kinds: dict[str, DeviceInfo] = {}
+        self._memory: dict[tuple[Any, ...], float] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -217,6 +219,15 @@ class ChunkBuilder:
             kind = self._kinds[info.name] = _kind(info)
         # pp > 1: the head holds the tied embedding's copy (parts.head_unit)
         return (s.tp, s.cp, mesh.ep, s.microbatch_size, s.sequence_parallel, s.recompute, s.pp > 1, kind)
+
+    def _memory_share(self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> float:
+        """The memory-bound share of a block's kernel seconds (:func:`~parplan.plan.sharded.costs.
+        block_memory_share`), memoised like the block's figures."""
+        key = self._key(s, mesh, info)
+        found = self._memory.get(key)
+        if found is None:
+            found = self._memory[key] = block_memory_share(self.ctx, s, mesh, info)
+        return found
 
     def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
         """(block, embedding, head compute; block, embedding, head calls; units; activations)."""
@@ -276,9 +287,11 @@ class ChunkBuilder:
         )
         info = self.ctx.network.device(mesh.device({"pp": 0}))
         comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in strategies])  # [K, T, 12]
-        sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms], axis=2)
-        per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 17]
-        grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 17]
+        shares = np.asarray([self._memory_share(s, mesh, info) for s in strategies])  # [K]
+        shares = np.broadcast_to(shares[:, None, None], (len(strategies), len(types), 1))
+        sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms, shares], axis=2)
+        per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 18]
+        grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 18]
         chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
         micro = stage_micro(chunks, strategies[0].tp_comm_overlap)
         blocks_on_stage = counts.reshape(v, pp).sum(axis=0)
@@ -376,7 +389,11 @@ class ChunkBuilder:
         calls = self._block(s, mesh, info)[1]
         first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
         on = np.arange(int(n.max()))[None, :] < n[:, None]  # [T, width]: the chunk's blocks
-        by_class = {c: self._comm(calls, groups[c], first, last, on, info) for c in set(types[:, 3].tolist())}
+        memory_share = self._memory_share(s, mesh, info)
+        by_class = {
+            c: self._comm(calls, groups[c], first, last, on, info, memory_share)
+            for c in set(types[:, 3].tolist())
+        }
         return np.stack([by_class[int(c)][t] for t, c in enumerate(types[:, 3])])  # each type's class
 
     def _comm(
@@ -387,15 +404,17 @@ class ChunkBuilder:
         last: np.ndarray,
         on: np.ndarray,
         info: DeviceInfo,
+        memory_share: float,
     ) -> np.ndarray:
         """``[T, 12]``: the call sums of every chunk type, timed on one class's groups (the SM
-        seconds on ``info``'s SMs, as :meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_share`
+        seconds: what the calls take of ``info``'s compute beside blocks of ``memory_share``
+        memory-bound seconds, as :meth:`~parplan.plan.sharded.clock.CollectiveClock.compute_share`
         counts them)."""
         block, emb, head = calls
         axis_group = dict(zip(_CHUNK_AXES, groups, strict=True))
 
         def row(seq: tuple[CommCall, ...], forward: bool) -> np.ndarray:
-            key = (seq, forward, groups, info.name)
+            key = (seq, forward, groups, info.name, memory_share)
             found = self._rows.get(key)
             if found is None:
                 found = self._rows[key] = timed(seq, forward)
@@ -415,7 +434,8 @@ class ChunkBuilder:
                     column = (0 if c.axis == "tp" else 2) + (0 if forward else 1)
                     out[4 + column, j] = t
                     channels = self.clock.channels(c, axis_group[c.axis])
-                    out[8 + column, j] = t * comm_sm_share(info, channels)
+                    moved = bus_bytes(c.collective, c.size_bytes, len(axis_group[c.axis]))
+                    out[8 + column, j] = t * comm_compute_share(info, channels, t, moved, memory_share)
             return out
 
         def repeat(pattern: np.ndarray) -> np.ndarray:
