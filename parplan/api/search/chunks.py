@@ -30,8 +30,7 @@ import numpy as np
 
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.compute import comm_compute_share
-from parplan.plan.sharded.blocks import chunk_calls
-from parplan.plan.sharded.clock import bus_bytes
+from parplan.plan.sharded.blocks import bus_bytes, chunk_calls
 from parplan.plan.sharded.comm import CommCall, LayerComm
 from parplan.plan.sharded.costs import block_figures, block_memory_share, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers

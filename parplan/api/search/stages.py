@@ -22,7 +22,7 @@ import numpy as np
 from parplan.api.search.chunks import Meshes, group_of
 from parplan.api.sharded_analytic import StageSync
 from parplan.plan.compute import comm_memory_excess, comm_sm_share
-from parplan.plan.sharded.clock import bus_bytes
+from parplan.plan.sharded.blocks import bus_bytes
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import split_layers
 from parplan.plan.sharded.memory import sync_buffers

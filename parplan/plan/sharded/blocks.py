@@ -2,7 +2,8 @@
 seconds of their kernels (:class:`Roofline`, the roofline of :mod:`parplan.plan.compute` over the
 ops of :mod:`parplan.model.transformer`, cached per kind of block) and their TP/SP/CP/EP calls
 (:func:`chunk_calls`). :mod:`parplan.plan.sharded.costs` strings them into model chunks; the
-search sums them as arrays (:mod:`parplan.api.search.chunks`).
+search sums them as arrays (:mod:`parplan.api.search.chunks`). :func:`bus_bytes`: what a call
+moves over each rank's bus (what its memory traffic is counted from).
 """
 
 from __future__ import annotations
@@ -154,3 +155,20 @@ def chunk_calls(
         embedding_comm(strategy, sizes.activation_bytes),
         head_comm(strategy, sizes.activation_bytes, tokens),
     )
+
+
+def bus_bytes(collective: str, size_bytes: float, ranks: int) -> float:
+    """Bytes each rank's bus carries for one call of ``size_bytes`` (the buffer nccl-tests calls
+    ``n``) on ``ranks`` ranks: ``2(p-1)/p n`` for an all-reduce, ``(p-1)/p n`` for an all-gather,
+    reduce-scatter or all-to-all, ``n`` otherwise (nccl-tests' bus bandwidth factors); 0 on one.
+
+    >>> bus_bytes("all_reduce", 8.0, 4), bus_bytes("all_gather", 8.0, 4), bus_bytes("broadcast", 8.0, 4)
+    (12.0, 6.0, 8.0)
+    """
+    if ranks <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        return 2.0 * (ranks - 1) / ranks * size_bytes
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (ranks - 1) / ranks * size_bytes
+    return size_bytes

@@ -23,6 +23,7 @@ from typing import Any
 
 from parplan.collectives.auto import AutoAlgorithm
 from parplan.plan.base import PlanContext
+from parplan.plan.sharded.blocks import bus_bytes
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
 from parplan.topology.network import DeviceInfo, Network
@@ -99,23 +100,6 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
                 found = (nodes, {d: w for d, w in devices.items() if w is not None})
     _SYMMETRY[network] = found
     return found
-
-
-def bus_bytes(collective: str, size_bytes: float, ranks: int) -> float:
-    """Bytes each rank's bus carries for one call of ``size_bytes`` (the buffer nccl-tests calls
-    ``n``) on ``ranks`` ranks: ``2(p-1)/p n`` for an all-reduce, ``(p-1)/p n`` for an all-gather,
-    reduce-scatter or all-to-all, ``n`` otherwise (nccl-tests' bus bandwidth factors); 0 on one.
-
-    >>> bus_bytes("all_reduce", 8.0, 4), bus_bytes("all_gather", 8.0, 4), bus_bytes("broadcast", 8.0, 4)
-    (12.0, 6.0, 8.0)
-    """
-    if ranks <= 1:
-        return 0.0
-    if collective == "all_reduce":
-        return 2.0 * (ranks - 1) / ranks * size_bytes
-    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (ranks - 1) / ranks * size_bytes
-    return size_bytes
 
 
 def _uses_groups(spec: Any, collective: str) -> bool:

@@ -1,7 +1,7 @@
 """Communication kernels take memory bandwidth from the memory-bound compute they overlap: the
 share of the compute's rate a call takes (:func:`parplan.plan.compute.comm_compute_share`), the
 memory-bound share of a block's kernels (:meth:`parplan.plan.sharded.blocks.Roofline.
-memory_share`), the bus bytes of a call (:func:`parplan.plan.sharded.clock.bus_bytes`) and the
+memory_share`), the bus bytes of a call (:func:`parplan.plan.sharded.blocks.bus_bytes`) and the
 layout clock putting them together."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from parplan.plan.compute import (
     comm_sm_share,
     op_seconds,
 )
-from parplan.plan.sharded.clock import CollectiveClock, bus_bytes
+from parplan.plan.sharded.blocks import bus_bytes
+from parplan.plan.sharded.clock import CollectiveClock
 from parplan.plan.sharded.costs import block_memory_share, layout_plan, transformer_shape
 from parplan.topology.network import DeviceInfo
 from tests.plan.sharded.test_contention import _context, _fsdp
