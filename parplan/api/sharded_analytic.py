@@ -20,10 +20,11 @@ From :func:`~parplan.plan.sharded.costs.layout_plan`, per stage ``s`` and micro-
   stage), the optimizer, and ZeRO-1/2's parameter all-gather. The step ends when the last stage
   does.
 
-**SMs**: an overlappable call holds its NCCL channels' SMs, so the compute it hides behind runs
-slower: each hidden group of calls exposes ``max(X - W, stolen)`` instead of ``max(0, X - W)``
+**SMs and memory**: an overlappable call holds its NCCL channels' SMs and takes memory bandwidth
+from the memory-bound kernels, so the compute it hides behind runs slower: each hidden group of
+calls exposes ``max(X - W, stolen)`` instead of ``max(0, X - W)``
 (:func:`~parplan.plan.compute.overlapped_exposed_s`; ``stolen`` the calls' seconds times their
-:meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_share`).
+:meth:`~parplan.plan.sharded.clock.CollectiveClock.compute_share`).
 
 Collective times: :class:`~parplan.plan.sharded.clock.CollectiveClock` (NCCL's ``auto`` pick
 timed by the picked algorithm's closed form on the group's bottleneck alpha and beta).
@@ -125,6 +126,7 @@ class ChunkSums:
     tp_backward_sm_s: Array  # (their NCCL channels' SMs: plan.compute.overlapped_exposed_s)
     cp_forward_sm_s: Array
     cp_backward_sm_s: Array
+    memory_share: Array  # memory-bound share of the chunk's blocks' kernel seconds (Roofline.memory_share)
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,7 @@ class StageMicro:
     exposed_s: Array
     window_forward_s: Array  # compute the communication stream has left for FSDP's calls
     window_backward_s: Array
+    memory_share: Array  # memory-bound share of the stage's blocks' kernel seconds
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,10 @@ class StageSync:
     gather_rest_sm_s: Array  # NCCL channels' SMs, plan.compute.overlapped_exposed_s): the first
     scatter_rest_sm_s: Array  # gather, the others; every scatter but the last; every gradient
     grad_rest_sm_s: Array  # call but the last
+    gather_first_memory_s: Array  # what the same calls take beyond that from compute that is all
+    gather_rest_memory_s: Array  # memory bound (CollectiveClock.memory_stolen), scaled by the
+    scatter_rest_memory_s: Array  # stage's memory-bound share when they hide behind its compute
+    grad_rest_memory_s: Array
 
 
 def chunk_exposed(c: ChunkSums, tp_overlap: bool) -> Array:
@@ -202,18 +209,29 @@ def stage_micro(c: ChunkSums, tp_overlap: bool) -> StageMicro:
     # one communication stream: FSDP's calls hide behind what the TP/CP calls leave of the compute
     window_fwd = np.maximum(0.0, fwd_compute - busy_fwd)
     window_bwd = np.maximum(0.0, bwd_compute - busy_bwd)
-    return StageMicro(fwd, bwd, compute, recompute, blocking, exposed, window_fwd, window_bwd)
+    memory = c.memory_share[..., 0]  # every chunk of a stage runs the same blocks
+    return StageMicro(fwd, bwd, compute, recompute, blocking, exposed, window_fwd, window_bwd, memory)
 
 
-def sharding_exposed(sync: StageSync, window_fwd: Array, window_bwd: Array) -> Array:
+def sharding_exposed(
+    sync: StageSync, window_fwd: Array, window_bwd: Array, memory_share: Array = 0.0
+) -> Array:
     """Exposed seconds of one micro-batch's ZeRO-3/FSDP gathers and reduce-scatters, hidden behind
     the windows (the first gather and the last reduce-scatter always exposed), with the compute
-    they hide behind slowed by their SMs."""
+    they hide behind slowed by their SMs and, for its ``memory_share`` that is memory bound, by
+    the memory bandwidth their traffic takes."""
     first, last = sync.gather_first_s, sync.scatter_last_s
-    fwd = first + overlapped_exposed_s(sync.gather_sum_s - first, window_fwd, sync.gather_rest_sm_s)
+    rest = sync.gather_rest_sm_s + memory_share * sync.gather_rest_memory_s
+    fwd = first + overlapped_exposed_s(sync.gather_sum_s - first, window_fwd, rest)
     back = np.where(sync.gather_backward, sync.gather_sum_s, 0.0)
-    back_sm = np.where(sync.gather_backward, sync.gather_first_sm_s + sync.gather_rest_sm_s, 0.0)
-    stolen = back_sm + sync.scatter_rest_sm_s
+    back_sm = np.where(
+        sync.gather_backward,
+        sync.gather_first_sm_s
+        + sync.gather_rest_sm_s
+        + memory_share * (sync.gather_first_memory_s + sync.gather_rest_memory_s),
+        0.0,
+    )
+    stolen = back_sm + sync.scatter_rest_sm_s + memory_share * sync.scatter_rest_memory_s
     bwd = last + overlapped_exposed_s(back + sync.scatter_sum_s - last, window_bwd, stolen)
     return np.where(sync.per_microbatch, fwd + bwd, 0.0)
 
@@ -245,7 +263,9 @@ def assemble_step(
     virtual stages, micro-batches), each a number or an array shaped ``[..., 1]``; ``hop_s`` the
     slowest activation transfer between neighbouring stages, shaped like them."""
     pp, v, m = shape
-    exposed = micro.exposed_s + sharding_exposed(sync, micro.window_forward_s, micro.window_backward_s)
+    exposed = micro.exposed_s + sharding_exposed(
+        sync, micro.window_forward_s, micro.window_backward_s, micro.memory_share
+    )
     fwd, bwd = micro.forward_s, micro.backward_s + exposed
     t_mb = np.max(fwd + bwd, axis=-1, keepdims=True)
     p2p = np.where(pp > 1, 2.0 * (pp - 1) * hop_s + np.where(v == 1, 2.0 * m * hop_s, 0.0), 0.0)
@@ -254,7 +274,8 @@ def assemble_step(
     stages = np.arange(np.shape(fwd)[-1])
     finish = pipeline - stages * bwd
     window = np.where(sync.overlap, first_backward_s + stages * bwd, 0.0)
-    last, stolen = sync.grad_last_s, np.where(sync.overlap, sync.grad_rest_sm_s, 0.0)
+    grad_stolen = sync.grad_rest_sm_s + micro.memory_share * sync.grad_rest_memory_s
+    last, stolen = sync.grad_last_s, np.where(sync.overlap, grad_stolen, 0.0)
     dp = np.where(
         sync.has_grad_sync, last + overlapped_exposed_s(sync.grad_sum_s - last, window, stolen), 0.0
     )
@@ -273,7 +294,8 @@ def _chunk_sums(clock: CollectiveClock) -> ChunkSums:
         for chunk in chunks:
             comm = _chunk_comm(clock, stage, chunk.forward_comm, chunk.backward_comm)
             times = (chunk.forward_s, chunk.backward_s, chunk.recompute_s)
-            row.append((*times, chunk.attention_forward_s, chunk.attention_backward_s, *comm))
+            attention = (chunk.attention_forward_s, chunk.attention_backward_s)
+            row.append((*times, *attention, *comm, clock.memory_share(stage)))
         rows.append(row)
     table = np.asarray(rows, dtype=np.float64)
     return ChunkSums(*(table[..., k] for k in range(table.shape[-1])))
@@ -298,7 +320,7 @@ def _chunk_comm(
             busy[direction] += seconds
             if c.axis in by_axis:
                 by_axis[c.axis][direction] += seconds
-                stolen[c.axis][direction] += seconds * clock.sm_share(c, stage)
+                stolen[c.axis][direction] += seconds * clock.compute_share(c, stage)
     tp, cp, sm_tp, sm_cp = by_axis["tp"], by_axis["cp"], stolen["tp"], stolen["cp"]
     return (blocking, blocking_fwd, *busy, *tp, *cp, *sm_tp, *sm_cp)
 
@@ -324,9 +346,12 @@ def _stage_sync(clock: CollectiveClock) -> StageSync:
                 sum(scatters),
                 extra,
                 layout.optimizer_s[s],
-                clock.stolen(gather_calls[:1], s),
-                clock.stolen(gather_calls[1:], s),
-                clock.stolen(scatter_calls[:-1], s),
+                clock.sm_stolen(gather_calls[:1], s),
+                clock.sm_stolen(gather_calls[1:], s),
+                clock.sm_stolen(scatter_calls[:-1], s),
+                clock.memory_stolen(gather_calls[:1], s),
+                clock.memory_stolen(gather_calls[1:], s),
+                clock.memory_stolen(scatter_calls[:-1], s),
             )
         )
     t = np.asarray(rows, dtype=np.float64)
@@ -348,6 +373,10 @@ def _stage_sync(clock: CollectiveClock) -> StageSync:
         gather_rest_sm_s=t[:, 7],
         scatter_rest_sm_s=t[:, 8],
         grad_rest_sm_s=t[:, 8],
+        gather_first_memory_s=t[:, 9],
+        gather_rest_memory_s=t[:, 10],
+        scatter_rest_memory_s=t[:, 11],
+        grad_rest_memory_s=t[:, 11],
     )
 
 

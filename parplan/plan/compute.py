@@ -49,6 +49,18 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   taking a share ``c`` of the SMs beside ``C`` seconds of compute ends both at
   ``max(X, C + c X)``: it exposes ``max(X - C, c X)`` beyond the compute, where without the
   contention it exposed ``max(0, X - C)``.
+- **Communication traffic in memory** (:func:`comm_compute_share`): the same kernels stream their
+  data through the device's HBM. A ring step of NCCL's Simple protocol (``prims_simple.h``:
+  ``recvReduceSend``, ``directRecvCopySend``) has the previous rank write a slice into this rank's
+  receive buffer, reads it back (and, reducing, reads the local slice too) and writes the result
+  on: about :data:`COMM_HBM_BYTES_PER_BUS_BYTE` bytes of HBM traffic per byte the bus carries (the
+  three of a reduction's ``gamma``). Memory-bound kernels running beside the call (norms,
+  activations, copies: the share ``f`` of the compute's seconds, :meth:`~parplan.plan.sharded.
+  blocks.Roofline.memory_share`) get the memory bandwidth the call leaves them, so they lose the
+  larger of the SM share ``c`` and the call's share ``h`` of the bandwidth; GEMMs keep losing
+  ``c``. Per second of the call the compute loses ``c + f max(0, h - c)``. Rashidi et al. (2021)
+  and T3 (Pati et al. 2024) above name this memory contention beside the SMs' (T3 tracks and
+  arbitrates the collective's memory traffic against the GEMM's for that reason).
 - **Straggler jitter**: when ``training.straggler_jitter`` is ``j > 0`` every compute time of a
   device in a step is multiplied by one factor ``1 + j x u`` with ``u`` uniform in ``[-1, 1)``,
   drawn from a generator seeded by ``(seed, crc32(device name), step)``; so a device is slow or fast
@@ -304,6 +316,50 @@ def comm_sm_share(device: DeviceInfo, channels: int) -> float:
     if not device.sm_count or channels <= 0:
         return 0.0
     return min(channels, device.sm_count) / device.sm_count
+
+
+COMM_HBM_BYTES_PER_BUS_BYTE = 3.0
+"""HBM bytes a rank's NCCL ring kernels move per byte its bus carries: the slice the previous
+rank writes into its buffer, the read of that slice, the write of the result (a reduction's read
+of its local slice takes the place of the copy's write to the output); module docstring."""
+
+
+def comm_compute_share(
+    device: DeviceInfo, channels: int, seconds: float, bus_bytes: float, memory_share: float
+) -> float:
+    """Share of ``device``'s compute rate a collective takes while it runs: its SMs
+    (:func:`comm_sm_share` of its ``channels``) and, for the ``memory_share`` of the compute that
+    is memory bound, the larger of those and its share of the memory bandwidth, ``bus_bytes`` x
+    :data:`COMM_HBM_BYTES_PER_BUS_BYTE` over ``seconds`` (module docstring). The SM share alone
+    for a call with no NCCL channels (not an NCCL kernel) or no duration.
+
+    >>> from parplan.topology.network import DeviceInfo
+    >>> d = DeviceInfo("g", 1e15, 0.5, 1.0, 8e10, 2e12, None, sm_count=100)
+    >>> round(comm_compute_share(d, 10, 1e-3, 0.0, 0.5), 4)  # no bytes: the SMs only
+    0.1
+    >>> round(comm_compute_share(d, 10, 1e-3, 4.25e8, 0.5), 4)  # 3 x 425 MB in 1 ms: 75% of 1.7 TB/s
+    0.425
+    """
+    return comm_sm_share(device, channels) + memory_share * comm_memory_excess(
+        device, channels, seconds, bus_bytes
+    )
+
+
+def comm_memory_excess(device: DeviceInfo, channels: int, seconds: float, bus_bytes: float) -> float:
+    """How much more of a memory-bound kernel's rate a collective takes than of a GEMM's: its share
+    of the memory bandwidth (``bus_bytes`` x :data:`COMM_HBM_BYTES_PER_BUS_BYTE` over ``seconds``,
+    at most 1) beyond its SM share, never below 0; 0 for a call with no NCCL channels or no
+    duration. :func:`comm_compute_share` scales it by the compute's memory-bound share.
+
+    >>> from parplan.topology.network import DeviceInfo
+    >>> d = DeviceInfo("g", 1e15, 0.5, 1.0, 8e10, 2e12, None, sm_count=100)
+    >>> round(comm_memory_excess(d, 10, 1e-3, 4.25e8), 4), comm_memory_excess(d, 0, 1e-3, 4.25e8)
+    (0.65, 0.0)
+    """
+    if channels <= 0 or seconds <= 0.0 or bus_bytes <= 0.0:
+        return 0.0
+    memory_s = COMM_HBM_BYTES_PER_BUS_BYTE * bus_bytes / (memory_bandwidth_Bps(device) * MEMORY_EFFICIENCY)
+    return max(0.0, min(1.0, memory_s / seconds) - comm_sm_share(device, channels))
 
 
 def overlapped_exposed_s(comm_s: Any, window_s: Any, stolen_s: Any) -> Any:

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
-from parplan.plan.compute import comm_sm_share
-from parplan.plan.sharded.blocks import chunk_calls
+from parplan.plan.compute import comm_compute_share
+from parplan.plan.sharded.blocks import bus_bytes, chunk_calls
 from parplan.plan.sharded.comm import CommCall
-from parplan.plan.sharded.costs import block_figures, split_layers
+from parplan.plan.sharded.costs import block_figures, block_memory_share, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
 from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
 from parplan.plan.sharded.parts import (
@@ -222,6 +222,7 @@ class ChunkBuilder:
         self._kind_numbers: dict[DeviceInfo, int] = {}
         self._palettes: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
         self._all_comms: dict[tuple[Any, ...], np.ndarray] = {}
+        self._memory: dict[tuple[Any, ...], float] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -242,6 +243,15 @@ class ChunkBuilder:
             )
         # pp > 1: the head holds the tied embedding's copy (parts.head_unit)
         return (s.tp, s.cp, mesh.ep, s.microbatch_size, s.sequence_parallel, s.recompute, s.pp > 1, kind)
+
+    def _memory_share(self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> float:
+        """The memory-bound share of a block's kernel seconds (:func:`~parplan.plan.sharded.costs.
+        block_memory_share`), memoised like the block's figures."""
+        key = self._key(s, mesh, info)
+        found = self._memory.get(key)
+        if found is None:
+            found = self._memory[key] = block_memory_share(self.ctx, s, mesh, info)
+        return found
 
     def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
         """(block, embedding, head compute; block, embedding, head calls; units; activations)."""
@@ -301,9 +311,11 @@ class ChunkBuilder:
         )
         info = self.ctx.network.device(mesh.device({"pp": 0}))
         comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in strategies])  # [K, T, 12]
-        sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms], axis=2)
-        per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 17]
-        grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 17]
+        shares = np.asarray([self._memory_share(s, mesh, info) for s in strategies])  # [K]
+        shares = np.broadcast_to(shares[:, None, None], (len(strategies), len(types), 1))
+        sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms, shares], axis=2)
+        per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 18]
+        grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 18]
         chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
         micro = stage_micro(chunks, strategies[0].tp_comm_overlap)
         blocks_on_stage = counts.reshape(v, pp).sum(axis=0)
@@ -403,8 +415,9 @@ class ChunkBuilder:
         groups: list[tuple[Any, ...]],
     ) -> np.ndarray:
         """``[T, 12]``: :class:`ChunkSums`' call sums of each chunk type (first, last, blocks,
-        class), timed on its class's groups (the SM seconds on ``info``'s SMs, as
-        :meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_share` counts them). A chunk's calls
+        class), timed on its class's groups (the SM seconds: what the calls take of ``info``'s
+        compute beside blocks of the block key's memory-bound share, as
+        :meth:`~parplan.plan.sharded.clock.CollectiveClock.compute_share` counts them). A chunk's calls
         in order are the embedding's forward (first chunk), each block's forward, the head's
         forward and backward (last chunk), each block's backward, the embedding's backward: each
         type's sequence is gathered from a palette of its class's call figures (column 0 zeros,
@@ -436,7 +449,8 @@ class ChunkBuilder:
                 (block.backward, False),
                 (emb.backward, False),
             )
-            rows = [self._row(seq, forward, groups, info) for seq, forward in segments]
+            share = self._memory_share(s, mesh, info)
+            rows = [self._row(seq, forward, groups, info, share) for seq, forward in segments]
             found = self._palettes[key] = (
                 np.concatenate([np.zeros((_COMM_FIELDS, 1)), *rows], axis=1),
                 tuple(len(seq) for seq, _ in segments),
@@ -468,11 +482,17 @@ class ChunkBuilder:
         return found
 
     def _row(
-        self, seq: tuple[CommCall, ...], forward: bool, groups: tuple[Any, ...], info: DeviceInfo
+        self,
+        seq: tuple[CommCall, ...],
+        forward: bool,
+        groups: tuple[Any, ...],
+        info: DeviceInfo,
+        memory_share: float,
     ) -> np.ndarray:
         """``[12, len(seq)]``: each call's contribution to the call sums, timed on ``groups`` (one
-        per axis of :data:`_CHUNK_AXES`), memoised."""
-        key = (seq, forward, groups, info.name)
+        per axis of :data:`_CHUNK_AXES`) beside blocks of ``memory_share`` memory-bound seconds,
+        memoised."""
+        key = (seq, forward, groups, info.name, memory_share)
         found = self._rows.get(key)
         if found is None:
             axis_group = dict(zip(_CHUNK_AXES, groups, strict=True))
@@ -489,7 +509,8 @@ class ChunkBuilder:
                     column = (0 if c.axis == "tp" else 2) + (0 if forward else 1)
                     out[4 + column, j] = t
                     channels = self.clock.channels(c, axis_group[c.axis])
-                    out[8 + column, j] = t * comm_sm_share(info, channels)
+                    moved = bus_bytes(c.collective, c.size_bytes, len(axis_group[c.axis]))
+                    out[8 + column, j] = t * comm_compute_share(info, channels, t, moved, memory_share)
             found = self._rows[key] = out
         return found
 

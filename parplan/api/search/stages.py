@@ -21,7 +21,8 @@ import numpy as np
 
 from parplan.api.search.chunks import Meshes, group_of
 from parplan.api.sharded_analytic import StageSync
-from parplan.plan.compute import comm_sm_share
+from parplan.plan.compute import comm_memory_excess, comm_sm_share
+from parplan.plan.sharded.blocks import bus_bytes
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import split_layers
 from parplan.plan.sharded.memory import sync_buffers
@@ -96,7 +97,7 @@ class SyncBuilder:
 
     def __init__(self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock, meshes: Meshes) -> None:
         self.ctx, self.shape, self.clock, self.meshes = ctx, shape, clock, meshes
-        self._times: dict[tuple[Any, ...], tuple[float, float]] = {}
+        self._times: dict[tuple[Any, ...], tuple[float, float, float]] = {}
         self._params: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._statics: dict[tuple[Any, ...], tuple[int, float, float, float, float]] = {}
         self._unit_memo: dict[tuple[Any, ...], tuple[list[UnitRun], tuple[UnitParams, UnitParams]]] = {}
@@ -110,20 +111,25 @@ class SyncBuilder:
 
     def _timed(
         self, call: CommCall, group: int, algorithm: tuple[Any, int], info: DeviceInfo
-    ) -> tuple[float, float]:
-        """(seconds, SM seconds) of ``call`` in the canonical group numbered ``group``: the clock's
-        seconds (``algorithm`` runs a data-parallel all-reduce) and those times the share of
-        ``info``'s SMs its NCCL channels hold (:meth:`~parplan.plan.sharded.clock.CollectiveClock.
-        stolen`'s product); memoised on what they depend on (not the call's label; the algorithm
-        by its number, ``algorithm`` being the spec and its number)."""
+    ) -> tuple[float, float, float]:
+        """(seconds, SM seconds, memory seconds) of ``call`` in the canonical group numbered
+        ``group``: the clock's seconds (``algorithm`` runs a data-parallel all-reduce) and those
+        times the share of ``info``'s SMs its NCCL channels hold and times its memory excess
+        (:meth:`~parplan.plan.sharded.clock.CollectiveClock.sm_stolen` and ``memory_stolen``'s
+        products); memoised on what they depend on (not the call's label; the algorithm by its
+        number, ``algorithm`` being the spec and its number)."""
         dp_reduce = call.collective == "all_reduce" and call.axis in _DP_AXES
         key = (group, call.collective, call.size_bytes, algorithm[1] if dp_reduce else None)
         found = self._times.get(key)
         if found is None:
             devices = self._groups[group]
             seconds = self.clock.seconds(call, devices, algorithm[0])
-            share = comm_sm_share(info, self.clock.channels(call, devices))
-            found = self._times[key] = (seconds, seconds * share)
+            channels = self.clock.channels(call, devices)
+            share = comm_sm_share(info, channels)
+            excess = comm_memory_excess(
+                info, channels, seconds, bus_bytes(call.collective, call.size_bytes, len(devices))
+            )
+            found = self._times[key] = (seconds, seconds * share, seconds * excess)
         return found
 
     def _group_id(self, devices: tuple[str, ...]) -> int:
@@ -205,7 +211,7 @@ class SyncBuilder:
             ]
             rows[id(mesh)][1].append(y)
             rows[id(mesh)][2].append(per_type)
-        table = np.empty((len(strategies), base.pp, 12))  # [Y, pp, 12]
+        table = np.empty((len(strategies), base.pp, 15))  # [Y, pp, 15]
         for found, ys, per_types in rows.values():
             table[ys] = np.asarray(per_types)[:, found.index]
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
@@ -227,6 +233,10 @@ class SyncBuilder:
             gather_rest_sm_s=table[..., 10],
             scatter_rest_sm_s=table[..., 11],
             grad_rest_sm_s=table[..., 11],
+            gather_first_memory_s=table[..., 12],
+            gather_rest_memory_s=table[..., 13],
+            scatter_rest_memory_s=table[..., 14],
+            grad_rest_memory_s=table[..., 14],
         )
         capacity = float(self.ctx.network.device(base.device({"pp": 0})).memory_bytes)
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
@@ -262,13 +272,14 @@ class SyncBuilder:
         tied: float,
         info: DeviceInfo,
     ) -> tuple[float, ...]:
-        """One stage type's (gather first, gather sum, scatter last, scatter sum, extra, optimizer,
-        model state bytes, sync buffer bytes, gradient calls, and the SM seconds of the first
-        gather, the other gathers and every scatter but the last): the calls and what does not
-        depend on the groups memoised on what they depend on (``prefix``: the strategy's ZeRO,
-        FSDP and bucket and the mesh's sizes; :meth:`_static`), their sums per distinct sequence
-        of calls, groups and algorithm (:meth:`_summed`); ``tied``: the stage's tied-embedding
-        all-reduce; ``info``: the mesh's device (the array path runs on one kind of device)."""
+        """One stage type's (gather first, gather sum, scatter last, scatter sum, extra,
+        optimizer, model state bytes, sync buffer bytes, gradient calls, the SM seconds of the
+        first gather, the other gathers and every scatter but the last, and their memory seconds):
+        the calls and what does not depend on the groups memoised on what they depend on
+        (``prefix``: the strategy's ZeRO, FSDP and bucket and the mesh's sizes; :meth:`_static`),
+        their sums per distinct sequence of calls, groups and algorithm (:meth:`_summed`);
+        ``tied``: the stage's tied-embedding all-reduce; ``info``: the mesh's device (the array
+        path runs on one kind of device)."""
         key = (prefix, kind[:3])
         static = self._statics.get(key)
         if static is None:
@@ -278,7 +289,8 @@ class SyncBuilder:
         sums = self._sums_memo.get(sums_key)
         if sums is None:
             sums = self._sums_memo[sums_key] = self._summed(sequence, kind[3], algorithm, info)
-        gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced = sums
+        gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced = sums[:8]
+        first_memory, rest_memory, scatter_memory = sums[8:]
         extra = 0.0
         extra += tied
         extra += synced
@@ -295,6 +307,9 @@ class SyncBuilder:
             first_sm,
             rest_sm,
             scatter_sm,
+            first_memory,
+            rest_memory,
+            scatter_memory,
         )
 
     def _static(
@@ -383,19 +398,31 @@ class SyncBuilder:
         added in call order as ``_stage_sync`` adds them one call at a time (:func:`_sums`)."""
         calls = self._sequences[sequence]
         groups = dict(zip(_SYNC_AXES, gids, strict=True))
-        gather_first, _, gather_sum, first_sm, rest_sm, _ = _sums(
+        gather_first, _, gather_sum, first_sm, rest_sm, _, first_memory, rest_memory, _ = _sums(
             self._priced(calls.param_gather, groups, algorithm, info)
         )
-        _, scatter_last, scatter_sum, _, _, scatter_sm = _sums(
+        _, scatter_last, scatter_sum, _, _, scatter_sm, _, _, scatter_memory = _sums(
             self._priced(calls.grad_sync, groups, algorithm, info)
         )
         synced = _sums(self._priced(calls.param_sync, groups, algorithm, info))[2]
-        return (gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced)
+        return (
+            gather_first,
+            gather_sum,
+            first_sm,
+            rest_sm,
+            scatter_last,
+            scatter_sum,
+            scatter_sm,
+            synced,
+            first_memory,
+            rest_memory,
+            scatter_memory,
+        )
 
     def _priced(
         self, runs: Sequence[CallRun], groups: dict[str, int], algorithm: tuple[Any, int], info: DeviceInfo
-    ) -> list[tuple[list[tuple[float, float]], int]]:
-        """``runs`` with each call's (seconds, SM seconds) for the call (:meth:`_timed`)."""
+    ) -> list[tuple[list[tuple[float, float, float]], int]]:
+        """``runs`` with each call's (seconds, SM seconds, memory seconds) (:meth:`_timed`)."""
         return [
             ([self._timed(c, groups[c.axis], algorithm, info) for c in pattern], n) for pattern, n in runs
         ]
@@ -426,22 +453,35 @@ def _units_key(kind: tuple[Any, ...]) -> tuple[bool, bool, int]:
     return (kind[0], kind[1], sum(kind[2]))
 
 
-def _sums(runs: Sequence[tuple[Sequence[tuple[float, float]], int]]) -> tuple[float, ...]:
+def _sums(runs: Sequence[tuple[Sequence[tuple[float, float, float]], int]]) -> tuple[float, ...]:
     """Of every call ``runs`` stands for (each pattern ``count`` times in a row), priced
-    (seconds, SM seconds): (first seconds, last seconds, sum of seconds, SM seconds of the first,
-    of all but the first, of all but the last). Each sum adds the calls one after another in call
-    order from 0, as the layout path's ``sum`` does, so the figures are its figures."""
-    first = last = (0.0, 0.0)
-    total = rest_sm = head_sm = 0.0
+    (seconds, SM seconds, memory seconds): (first seconds, last seconds, sum of seconds, SM
+    seconds of the first, of all but the first, of all but the last, and the same three of the
+    memory seconds). Each sum adds the calls one after another in call order from 0, as the
+    layout path's ``sum`` does, so the figures are its figures."""
+    first = last = (0.0, 0.0, 0.0)
+    total = rest_sm = head_sm = rest_memory = head_memory = 0.0
     started = False
     for pattern, count in runs:
         for _ in range(count):
-            for pair in pattern:
+            for call in pattern:
                 if started:
-                    rest_sm += pair[1]
+                    rest_sm += call[1]
                     head_sm += last[1]
+                    rest_memory += call[2]
+                    head_memory += last[2]
                 else:
-                    first, started = pair, True
-                total += pair[0]
-                last = pair
-    return first[0], last[0], total, 0.0 + first[1], rest_sm, head_sm
+                    first, started = call, True
+                total += call[0]
+                last = call
+    return (
+        first[0],
+        last[0],
+        total,
+        0.0 + first[1],
+        rest_sm,
+        head_sm,
+        0.0 + first[2],
+        rest_memory,
+        head_memory,
+    )

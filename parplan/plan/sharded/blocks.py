@@ -2,7 +2,8 @@
 seconds of their kernels (:class:`Roofline`, the roofline of :mod:`parplan.plan.compute` over the
 ops of :mod:`parplan.model.transformer`, cached per kind of block) and their TP/SP/CP/EP calls
 (:func:`chunk_calls`). :mod:`parplan.plan.sharded.costs` strings them into model chunks; the
-search sums them as arrays (:mod:`parplan.api.search.chunks`).
+search sums them as arrays (:mod:`parplan.api.search.chunks`). :func:`bus_bytes`: what a call
+moves over each rank's bus (what its memory traffic is counted from).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ class Roofline:
     ) -> None:
         self.strategy, self.shape, self.device = strategy, shape, device
         self._blocks: dict[bool, tuple[float, float, float, float, float]] = {}
+        self._memory: dict[bool, float] = {}
         self._comm: dict[bool, LayerComm] = {}
 
     def layer_comm(self, sizes: CommSizes, moe: bool, ep: int) -> LayerComm:
@@ -36,6 +38,15 @@ class Roofline:
         if found is None:
             found = self._comm[moe] = layer_comm(self.strategy, sizes, moe=moe, ep=ep)
         return found
+
+    def _recomputed(self, ops: Sequence[Op]) -> Sequence[Op]:
+        """The ops the strategy's recomputation runs again before the backward."""
+        mode = self.strategy.recompute
+        if mode == "op":
+            from parplan.model.checkpointing import recomputed_ops
+
+            return tuple(recomputed_ops(ops))
+        return {"none": (), "selective": tuple(op for op in ops if op.kind == "attention"), "full": ops}[mode]
 
     def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
         from parplan.plan.compute import op_seconds
@@ -48,12 +59,29 @@ class Roofline:
         attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
         mode = self.strategy.recompute
         if mode == "op":
-            from parplan.model.checkpointing import recomputed_ops
-
-            recompute = sum(op_seconds(self.device, op, dtype) for op in recomputed_ops(ops))
+            recompute = sum(op_seconds(self.device, op, dtype) for op in self._recomputed(ops))
         else:
             recompute = {"none": 0.0, "selective": attention, "full": fwd}[mode]
         return fwd, bwd, recompute, attention, attention_bwd
+
+    def _memory_share(self, ops: Sequence[Op]) -> float:
+        """Share of the ops' forward, backward and recomputed seconds in memory-bound kernels
+        (every kind but GEMMs and attention: the roofline runs them at the vector peak, bounded by
+        the memory bandwidth)."""
+        from parplan.plan.compute import op_seconds
+
+        dtype = self.strategy.dtype
+        total = memory = 0.0
+        for op, backward in (
+            *((op, False) for op in ops),
+            *((op, True) for op in ops),
+            *((op, False) for op in self._recomputed(ops)),
+        ):
+            seconds = op_seconds(self.device, op, dtype, backward=backward)
+            total += seconds
+            if op.kind not in ("gemm", "attention"):
+                memory += seconds
+        return memory / total if total > 0.0 else 0.0
 
     def block(self, layer: int, mesh: Mesh) -> tuple[float, float, float, float, float]:
         """(forward, backward, recompute, attention forward, attention backward) seconds of block
@@ -77,7 +105,15 @@ class Roofline:
                 kernels=s.kernels,
             )
             found = self._blocks[key] = self._seconds(ops)
+            self._memory[key] = self._memory_share(ops)
         return found
+
+    def memory_share(self, layer: int, mesh: Mesh) -> float:
+        """Share of block ``layer``'s kernel seconds (forward, backward, recomputation) that is
+        memory bound: the compute the collectives beside it slow through the memory bandwidth
+        they take (:func:`~parplan.plan.compute.comm_compute_share`)."""
+        self.block(layer, mesh)
+        return self._memory[self.shape.is_moe(layer)]
 
     def ends(self, which: str) -> tuple[float, float]:
         """(forward, backward) seconds of the embedding or the head."""
@@ -119,3 +155,20 @@ def chunk_calls(
         embedding_comm(strategy, sizes.activation_bytes),
         head_comm(strategy, sizes.activation_bytes, tokens),
     )
+
+
+def bus_bytes(collective: str, size_bytes: float, ranks: int) -> float:
+    """Bytes each rank's bus carries for one call of ``size_bytes`` (the buffer nccl-tests calls
+    ``n``) on ``ranks`` ranks: ``2(p-1)/p n`` for an all-reduce, ``(p-1)/p n`` for an all-gather,
+    reduce-scatter or all-to-all, ``n`` otherwise (nccl-tests' bus bandwidth factors); 0 on one.
+
+    >>> bus_bytes("all_reduce", 8.0, 4), bus_bytes("all_gather", 8.0, 4), bus_bytes("broadcast", 8.0, 4)
+    (12.0, 6.0, 8.0)
+    """
+    if ranks <= 1:
+        return 0.0
+    if collective == "all_reduce":
+        return 2.0 * (ranks - 1) / ranks * size_bytes
+    if collective in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (ranks - 1) / ranks * size_bytes
+    return size_bytes

@@ -57,8 +57,9 @@ class CallTimer:
 
     def stolen(self, calls: Sequence[CommCall], stage: int) -> float:
         """Compute seconds ``calls`` take from the compute they run beside: each call's seconds
-        times the share of SMs its NCCL channels hold (:meth:`CollectiveClock.sm_share`)."""
-        return sum(self.seconds(c, stage) * self.clock.sm_share(c, stage) for c in calls)
+        times the share of the compute's rate it takes (:meth:`CollectiveClock.compute_share`:
+        its NCCL channels' SMs, the memory bandwidth its traffic takes)."""
+        return sum(self.seconds(c, stage) * self.clock.compute_share(c, stage) for c in calls)
 
     def _time(self, call: CommCall, stage: int) -> float:
         devices = self.clock.group(call.axis, stage)

@@ -23,6 +23,7 @@ from typing import Any
 
 from parplan.collectives.auto import AutoAlgorithm, AutoChoice
 from parplan.plan.base import PlanContext
+from parplan.plan.sharded.blocks import bus_bytes
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
 from parplan.topology.network import DeviceInfo, Network
@@ -371,12 +372,15 @@ class CollectiveClock:
     """Seconds of a :class:`CommCall` in its group on the network (module docstring), cached."""
 
     def __init__(self, ctx: PlanContext, layout: ShardedLayout, *, share_congruent: bool = False) -> None:
+        self.ctx = ctx
         self.network: Network = ctx.network
         self.layout = layout
         self.groups = GroupClock(ctx.network, share_congruent=share_congruent)
         self._groups: dict[tuple[str, int], tuple[str, ...]] = {}
         self._times: dict[tuple[str, str, float, int], float] = {}
         self._shares: dict[tuple[str, str, float, int], float] = {}
+        self._excess: dict[tuple[str, str, float, int], float] = {}
+        self._memory_shares: dict[int, float] = {}
         self._devices: dict[int, DeviceInfo] = {}  # each stage's first device
 
     def group(self, axis: str, stage: int) -> tuple[str, ...]:
@@ -421,7 +425,57 @@ class CollectiveClock:
             found = self._shares[key] = comm_sm_share(device, channels)
         return found
 
+    def _device(self, stage: int) -> DeviceInfo:
+        device = self._devices.get(stage)
+        if device is None:
+            device = self._devices[stage] = self.network.device(self.layout.mesh.device({"pp": stage}))
+        return device
+
+    def memory_share(self, stage: int) -> float:
+        """The memory-bound share of a block's kernel seconds on stage ``stage``'s device
+        (:func:`~parplan.plan.sharded.costs.block_memory_share`)."""
+        found = self._memory_shares.get(stage)
+        if found is None:
+            from parplan.plan.sharded.costs import block_memory_share
+
+            layout = self.layout
+            found = block_memory_share(self.ctx, layout.strategy, layout.mesh, self._device(stage))
+            self._memory_shares[stage] = found
+        return found
+
+    def memory_excess(self, call: CommCall, stage: int) -> float:
+        """How much more of a memory-bound kernel's rate than of a GEMM's ``call`` takes on stage
+        ``stage``'s device (:func:`~parplan.plan.compute.comm_memory_excess`, on the call's
+        closed-form seconds and its bus bytes)."""
+        from parplan.plan.compute import comm_memory_excess
+
+        key = (call.collective, call.axis, call.size_bytes, stage)
+        found = self._excess.get(key)
+        if found is None:
+            devices = self.group(call.axis, stage)
+            channels = self.groups.channels(call, devices)
+            moved = bus_bytes(call.collective, call.size_bytes, len(devices))
+            seconds = self.seconds(call, stage)
+            found = self._excess[key] = comm_memory_excess(self._device(stage), channels, seconds, moved)
+        return found
+
+    def compute_share(self, call: CommCall, stage: int) -> float:
+        """Share of stage ``stage``'s device's compute rate ``call`` takes while it runs beside the
+        blocks: its NCCL channels' SMs and the memory bandwidth its traffic takes from their
+        memory-bound kernels (:func:`~parplan.plan.compute.comm_compute_share`)."""
+        return self.sm_share(call, stage) + self.memory_share(stage) * self.memory_excess(call, stage)
+
+    def sm_stolen(self, calls: Sequence[CommCall], stage: int) -> float:
+        """Each call's seconds times its :meth:`sm_share`, summed: what the calls take of any
+        compute beside them."""
+        return sum(self.seconds(c, stage) * self.sm_share(c, stage) for c in calls)
+
+    def memory_stolen(self, calls: Sequence[CommCall], stage: int) -> float:
+        """Each call's seconds times its :meth:`memory_excess`, summed: what the calls take beyond
+        that of compute that is all memory bound (scaled by the compute's memory-bound share)."""
+        return sum(self.seconds(c, stage) * self.memory_excess(c, stage) for c in calls)
+
     def stolen(self, calls: Sequence[CommCall], stage: int) -> float:
         """Compute seconds ``calls`` take from the compute they run beside: each call's seconds
-        times its :meth:`sm_share`."""
-        return sum(self.seconds(c, stage) * self.sm_share(c, stage) for c in calls)
+        times its :meth:`compute_share`."""
+        return sum(self.seconds(c, stage) * self.compute_share(c, stage) for c in calls)

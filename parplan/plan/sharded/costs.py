@@ -71,6 +71,7 @@ __all__ = [
     "CommCall",
     "ShardedLayout",
     "block_figures",
+    "block_memory_share",
     "layout_plan",
     "split_layers",
     "transformer_shape",
@@ -193,6 +194,16 @@ def block_figures(
     :func:`layout_plan` sums into chunks (the search sums them itself, as arrays)."""
     roof = Roofline(ctx, strategy, transformer_shape(ctx), info)
     return roof.block(layer, mesh), roof.ends("embedding"), roof.ends("head")
+
+
+def block_memory_share(
+    ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo, layer: int = 0
+) -> float:
+    """The memory-bound share of one block's kernel seconds on ``info``
+    (:meth:`~parplan.plan.sharded.blocks.Roofline.memory_share`): what the collectives overlapping
+    the blocks slow through the memory bandwidth they take; the layout's clock and the search read
+    the same figure."""
+    return Roofline(ctx, strategy, transformer_shape(ctx), info).memory_share(layer, mesh)
 
 
 def _node_ids(ctx: PlanContext, shape: TransformerShape) -> tuple[str, tuple[str, ...], str]:

@@ -146,13 +146,16 @@ def test_sums_add_in_call_order() -> None:
     for _ in range(500):
         runs = [
             (
-                [(rng.random() * 10 ** rng.randint(-6, 1), rng.random()) for _ in range(rng.randint(1, 3))],
+                [
+                    (rng.random() * 10 ** rng.randint(-6, 1), rng.random(), rng.random() * 1e-3)
+                    for _ in range(rng.randint(1, 3))
+                ],
                 rng.randint(1, 9),
             )
             for _ in range(rng.randint(0, 4))
         ]
         flat = [pair for pattern, n in runs for _ in range(n) for pair in pattern]
-        seconds, shares = [p[0] for p in flat], [p[1] for p in flat]
+        seconds, shares, memory = [p[0] for p in flat], [p[1] for p in flat], [p[2] for p in flat]
         expected = (
             seconds[0] if flat else 0.0,
             seconds[-1] if flat else 0.0,
@@ -160,6 +163,9 @@ def test_sums_add_in_call_order() -> None:
             sum(shares[:1]),
             sum(shares[1:]),
             sum(shares[:-1]),
+            sum(memory[:1]),
+            sum(memory[1:]),
+            sum(memory[:-1]),
         )
         assert _sums(runs) == expected
 
