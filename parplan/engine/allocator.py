@@ -83,23 +83,27 @@ def max_min_rates(
     """
     nr = len(route_channels)
     num_ch = len(bandwidth_Bps)
+    # Channels are indexed in the network's own numbering (no np.unique to compact them: the
+    # arrays over every channel are short, and the sums per channel add the same terms in the
+    # same order, so the rates have the bits a compacted numbering gives).
     pc = route_channels.ravel()
     real = pc < num_ch
-    used, pcl = np.unique(pc[real], return_inverse=True)
-    nu = len(used)
+    pcl = pc[real]
     pr = np.repeat(np.arange(nr), route_channels.shape[1])[real]
     weight = counts[pr].astype(np.float64)  # flows of each (route, channel) pair
     pw = None if pair_weight is None else pair_weight.ravel()[real]
     if pw is not None:
         weight *= pw
-    n_on = cast(FloatArray, np.bincount(pcl, weights=weight, minlength=nu))  # flows per channel
+    n_on = cast(FloatArray, np.bincount(pcl, weights=weight, minlength=num_ch))  # flows per channel
+    pairs_on = np.bincount(pcl, minlength=num_ch)  # routes per channel
+    used = np.flatnonzero(pairs_on)
     shared = bool(n_on.max() >= 2)
     if not shared or not sharing:
         return narrowest_Bps, used, shared
     # A route that shares none of its channels with another route is a component of its
     # own: its flows split its narrowest channel evenly (what filling would give it).
     rate = np.empty(nr)
-    crowded = np.bincount(pcl, minlength=nu)[pcl] > 1  # pairs on a channel other routes use
+    crowded = pairs_on[pcl] > 1  # pairs on a channel other routes use
     if pw is not None:
         crowded |= pw > 1.0  # an orbit's translates share the channel among themselves
     alone = np.bincount(pr[crowded], minlength=nr) == 0
@@ -109,7 +113,10 @@ def max_min_rates(
             raise SimulationError("progressive filling found a channel with no capacity left")
         if alone.all():
             return rate, used, shared
-    _fill(rate, ~alone, bandwidth_Bps[used], n_on, pr, pcl, weight)
+    idle = pairs_on == 0  # channels out of use drop out of the minimum
+    cap = np.where(idle, math.inf, bandwidth_Bps)
+    n_on[idle] = 1.0
+    _fill(rate, ~alone, cap, n_on, pr, pcl, weight)
     return rate, used, shared
 
 
@@ -122,13 +129,13 @@ def _fill(
     pcl: IntArray,
     weight: FloatArray,
 ) -> None:
-    """Progressive filling of the ``unfrozen`` routes' rates (in place) over the channels in use.
+    """Progressive filling of the ``unfrozen`` routes' rates (in place) over the channels.
 
     (route, channel) pairs are ``pr``/``pcl`` with ``weight`` flows each; channel ``c`` has
     capacity ``cap[c]`` and ``n_on[c]`` flows. Each round, the smallest fair share among channels
     with unfrozen flows saturates its channels and their flows freeze at it. Channels without
-    unfrozen flows (those of lone routes from the start) get an infinite capacity, so that they
-    drop out of the minimum.
+    unfrozen flows (those out of use, those of lone routes from the start) get an infinite
+    capacity and one flow, so that they drop out of the minimum.
     """
     nr, nu = len(rate), len(cap)
     frozen = ~unfrozen
