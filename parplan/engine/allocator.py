@@ -30,6 +30,8 @@ _SHARE_REL = 1e-12
 _DENSE_KEY_ROUTES = 512
 # Memoised allocations are dropped past this size.
 _ALLOC_CACHE_BYTES = 64 << 20
+# Sets of routes remembered as sharing no channel (or not), at most.
+_APART_ENTRIES = 1 << 16
 
 
 @dataclass
@@ -167,6 +169,20 @@ def _fill(
         n_on[done] = 1.0
 
 
+def _apart_rates(
+    counts: IntArray, narrowest_Bps: FloatArray, channels: IntArray, sharing: bool
+) -> tuple[FloatArray, IntArray, bool]:
+    """:func:`max_min_rates` of routes no two of which share a channel (``channels``: theirs):
+    each route's flows split its narrowest channel evenly, the same divisions filling makes."""
+    shared = bool(counts.max() >= 2)
+    if not shared or not sharing:
+        return narrowest_Bps, channels, shared
+    rate: FloatArray = narrowest_Bps / counts
+    if not rate.min() > 0:
+        raise SimulationError("progressive filling found a channel with no capacity left")
+    return rate, channels, shared
+
+
 class AllocationCache:
     """Allocations by the number of moving flows per route, for one run.
 
@@ -181,6 +197,7 @@ class AllocationCache:
         self._cache: dict[bytes, Allocation] = {}
         self._bytes = 0
         self.flushes = 0  # times the cache was emptied (a recorded window must see none)
+        self._apart_by_routes: dict[bytes, IntArray | None] = {}
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -205,10 +222,16 @@ class AllocationCache:
             return alloc
         routes = per_route.nonzero()[0]
         table = self.routes
-        rate, channels, shared = max_min_rates(
-            table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
-            self.sharing, None if table.weights is None else table.weights[routes],
-        )  # fmt: skip
+        apart = None if table.weights is not None else self._apart(routes)
+        if apart is not None:  # no channel carries two of these routes: no filling to do
+            rate, channels, shared = _apart_rates(
+                per_route[routes], table.narrowest_Bps[routes], apart, self.sharing
+            )
+        else:
+            rate, channels, shared = max_min_rates(
+                table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
+                self.sharing, None if table.weights is None else table.weights[routes],
+            )  # fmt: skip
         route_rate = np.zeros(len(per_route))
         route_rate[routes] = rate
         alloc = Allocation(key, route_rate, channels, shared)
@@ -220,6 +243,21 @@ class AllocationCache:
         self._cache[key] = alloc
         self._bytes += alloc.nbytes
         return alloc
+
+    def _apart(self, routes: IntArray) -> IntArray | None:
+        """The channels of ``routes`` (sorted) when no channel is on two of them, else None;
+        memoised by the set of routes, which recurs far more often than the counts on them."""
+        key = routes.tobytes()
+        if key in self._apart_by_routes:
+            return self._apart_by_routes[key]
+        pc = self.routes.channels[routes].ravel()
+        pc = pc[pc < self.routes.num_channels]
+        on = np.bincount(pc)
+        channels = None if len(pc) and on.max() > 1 else np.flatnonzero(on)
+        if len(self._apart_by_routes) >= _APART_ENTRIES:
+            self._apart_by_routes.clear()
+        self._apart_by_routes[key] = channels
+        return channels
 
     def flush_busy(self) -> None:
         """Book the time each cached allocation was in force on its channels."""

@@ -282,3 +282,26 @@ def test_filling_in_network_numbering_has_the_bits_of_the_compacted_one(
     assert (
         rate.tolist() == oracle.tolist() and used.tolist() == oracle_used.tolist() and shared == oracle_shared
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), num_routes=st.integers(1, 6))
+def test_routes_sharing_no_channel_get_what_filling_gives(data: st.DataObject, num_routes: int) -> None:
+    # The cache skips filling when no channel carries two of the routes in use: each route's
+    # flows split its narrowest channel. The rates, channels and sharing flag are filling's bits.
+    routes = _table()
+    pairs = [(s, d) for s in range(4) for d in range(4) if s != d]
+    chosen = data.draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=num_routes))
+    counts = data.draw(st.lists(st.integers(1, 3), min_size=len(chosen), max_size=len(chosen)))
+    src = np.repeat([s for s, _ in chosen], counts)
+    dst = np.repeat([d for _, d in chosen], counts)
+    rids = routes.ids(src, dst)
+    for sharing in (True, False):
+        alloc = AllocationCache(routes, np.zeros(routes.num_channels + 1), sharing=sharing).get(rids)
+        per_route = np.bincount(rids)
+        used = per_route.nonzero()[0]
+        rate, channels, shared = max_min_rates(
+            routes.channels[used], per_route[used], routes.bandwidth_Bps, routes.narrowest_Bps[used], sharing
+        )
+        assert alloc.route_rate_Bps[used].tolist() == rate.tolist()
+        assert alloc.channels.tolist() == channels.tolist() and alloc.shared == shared
