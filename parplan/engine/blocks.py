@@ -110,6 +110,8 @@ class FlowLog:
         between two floats. Without such a tie, ``a + b`` shifted by any whole number of ulps of
         a binade that holds ``a`` and ``s`` rounds to ``s`` shifted alike, so the window may be
         laid down an odd number of ulps away (with ties, round-half-even may round the other way)."""
+        if self.ties:  # already known: no odd shift for this window
+            return
         if isinstance(s, float):
             bb = s - a
             err = float((a - (s - bb)) + (b - bb))  # TwoSum: the exact rounding error, a float
@@ -127,6 +129,8 @@ class FlowLog:
         """Finish times ``s = a + b`` of flows ``tasks`` (``every``: of all moving flows, replacing
         what was noted before), which a later rate change may supersede unread: a tie among them
         matters only if the flow fires at it or it is read (:meth:`used`)."""
+        if self.ties:
+            return
         tied = tasks[_ties(a, b, s)].tolist()
         if every:
             self.tied = set(tied)
@@ -135,7 +139,7 @@ class FlowLog:
 
     def used(self, tasks: IntArray, finish_s: FloatArray) -> None:
         """The finish times ``finish_s`` of flows ``tasks`` are read (they fire, or are booked)."""
-        if not len(tasks):
+        if self.ties or not len(tasks):
             return
         if self.tied and not self.tied.isdisjoint(tasks.tolist()):
             self.ties = True
@@ -155,10 +159,12 @@ def _ties(a: float | FloatArray, b: float | FloatArray, s: FloatArray) -> npt.ND
     quarter of ``s``'s ulp when ``s`` is a power of 2 and the exact sum lay below it)."""
     bb = s - a
     err = (a - (s - bb)) + (b - bb)
-    below = (err < 0.0) & (np.frexp(s)[0] == 0.5)
-    tie: npt.NDArray[np.bool_] = (err != 0.0) & (
-        np.where(below, 4.0, 2.0) * np.abs(err) == np.spacing(np.abs(s))
-    )
+    twice = 2.0 * np.abs(err)
+    ulp = np.spacing(np.abs(s))
+    tie: npt.NDArray[np.bool_] = twice == ulp
+    quarter = (err < 0.0) & (2.0 * twice == ulp)
+    if quarter.any():
+        tie |= quarter & (np.frexp(s)[0] == 0.5)
     return tie
 
 
