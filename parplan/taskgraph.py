@@ -116,7 +116,7 @@ class TaskGraphBuilder:
         self._label_index: dict[str, int] = {}
         self._chunks: list[dict[str, np.ndarray]] = []
         self._dep_chunks: list[tuple[IntArray, IntArray]] = []  # (counts, flat indices)
-        self._rows: dict[str, list[object]] = {k: [] for k in _COLUMNS}
+        self._rows: list[dict[str, object]] = []  # tasks added one by one: their non-default columns
         self._row_deps: list[list[int]] = []
         self.num_tasks = 0
 
@@ -141,8 +141,7 @@ class TaskGraphBuilder:
         for d in deps:
             if not 0 <= d < task:
                 raise SimulationError(f"task {task} depends on {d}, which is not an earlier task")
-        for k in _COLUMNS:
-            self._rows[k].append(cols.get(k, _DEFAULTS[k]))
+        self._rows.append(cols)
         self._row_deps.append(list(deps))
         self.num_tasks += 1
         return task
@@ -231,12 +230,15 @@ class TaskGraphBuilder:
     def _flush_rows(self) -> None:
         if not self._row_deps:
             return
-        chunk: dict[str, np.ndarray] = {k: _column(k, v) for k, v in self._rows.items()}
+        rows = self._rows
+        chunk: dict[str, np.ndarray] = {
+            k: _column(k, [row.get(k, default) for row in rows]) for k, default in _DEFAULTS.items()
+        }
         counts = np.fromiter((len(d) for d in self._row_deps), dtype=np.int64, count=len(self._row_deps))
         flat = np.fromiter((x for d in self._row_deps for x in d), dtype=np.int64, count=int(counts.sum()))
         self._chunks.append(chunk)
         self._dep_chunks.append((counts, flat))
-        self._rows = {k: [] for k in _COLUMNS}
+        self._rows = []
         self._row_deps = []
 
     def add_block(
@@ -319,7 +321,19 @@ def constant(n: int, value: object, dtype: type) -> np.ndarray:
     """A read-only column of ``n`` equal values that takes no memory (a zero-stride view), for the
     columns a graph does not use: the compute columns of a transfer-only graph, protocol and rate
     ceiling of transfers without them. Read exactly like a full column."""
-    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
+    key = (dtype, type(value), repr(value) if isinstance(value, float) else value)  # -0.0 and nan apart
+    one = _CONSTANT_ONES.get(key)
+    if one is None:
+        one = np.array([value], dtype=dtype)
+        one.flags.writeable = False
+        if len(_CONSTANT_ONES) < 1024:
+            _CONSTANT_ONES[key] = one
+    return np.ndarray((n,), dtype=one.dtype, buffer=one, strides=(0,))  # read-only, as ``one`` is
+
+
+_CONSTANT_ONES: dict[tuple[type, type, object], np.ndarray] = {}
+"""The one read-only element each :func:`constant` of a value and dtype views (building the view
+with ``np.ndarray`` costs a third of ``np.broadcast_to``; task-graph blocks ask for many)."""
 
 
 def _is_constant(column: np.ndarray) -> bool:

@@ -30,6 +30,8 @@ _SHARE_REL = 1e-12
 _DENSE_KEY_ROUTES = 512
 # Memoised allocations are dropped past this size.
 _ALLOC_CACHE_BYTES = 64 << 20
+# Sets of routes remembered as sharing no channel (or not), at most.
+_APART_ENTRIES = 1 << 16
 
 
 @dataclass
@@ -83,23 +85,27 @@ def max_min_rates(
     """
     nr = len(route_channels)
     num_ch = len(bandwidth_Bps)
+    # Channels are indexed in the network's own numbering (no np.unique to compact them: the
+    # arrays over every channel are short, and the sums per channel add the same terms in the
+    # same order, so the rates have the bits a compacted numbering gives).
     pc = route_channels.ravel()
     real = pc < num_ch
-    used, pcl = np.unique(pc[real], return_inverse=True)
-    nu = len(used)
+    pcl = pc[real]
     pr = np.repeat(np.arange(nr), route_channels.shape[1])[real]
     weight = counts[pr].astype(np.float64)  # flows of each (route, channel) pair
     pw = None if pair_weight is None else pair_weight.ravel()[real]
     if pw is not None:
         weight *= pw
-    n_on = cast(FloatArray, np.bincount(pcl, weights=weight, minlength=nu))  # flows per channel
+    n_on = cast(FloatArray, np.bincount(pcl, weights=weight, minlength=num_ch))  # flows per channel
+    pairs_on = np.bincount(pcl, minlength=num_ch)  # routes per channel
+    used = np.flatnonzero(pairs_on)
     shared = bool(n_on.max() >= 2)
     if not shared or not sharing:
         return narrowest_Bps, used, shared
     # A route that shares none of its channels with another route is a component of its
     # own: its flows split its narrowest channel evenly (what filling would give it).
     rate = np.empty(nr)
-    crowded = np.bincount(pcl, minlength=nu)[pcl] > 1  # pairs on a channel other routes use
+    crowded = pairs_on[pcl] > 1  # pairs on a channel other routes use
     if pw is not None:
         crowded |= pw > 1.0  # an orbit's translates share the channel among themselves
     alone = np.bincount(pr[crowded], minlength=nr) == 0
@@ -109,7 +115,10 @@ def max_min_rates(
             raise SimulationError("progressive filling found a channel with no capacity left")
         if alone.all():
             return rate, used, shared
-    _fill(rate, ~alone, bandwidth_Bps[used], n_on, pr, pcl, weight)
+    idle = pairs_on == 0  # channels out of use drop out of the minimum
+    cap = np.where(idle, math.inf, bandwidth_Bps)
+    n_on[idle] = 1.0
+    _fill(rate, ~alone, cap, n_on, pr, pcl, weight)
     return rate, used, shared
 
 
@@ -122,13 +131,13 @@ def _fill(
     pcl: IntArray,
     weight: FloatArray,
 ) -> None:
-    """Progressive filling of the ``unfrozen`` routes' rates (in place) over the channels in use.
+    """Progressive filling of the ``unfrozen`` routes' rates (in place) over the channels.
 
     (route, channel) pairs are ``pr``/``pcl`` with ``weight`` flows each; channel ``c`` has
     capacity ``cap[c]`` and ``n_on[c]`` flows. Each round, the smallest fair share among channels
     with unfrozen flows saturates its channels and their flows freeze at it. Channels without
-    unfrozen flows (those of lone routes from the start) get an infinite capacity, so that they
-    drop out of the minimum.
+    unfrozen flows (those out of use, those of lone routes from the start) get an infinite
+    capacity and one flow, so that they drop out of the minimum.
     """
     nr, nu = len(rate), len(cap)
     frozen = ~unfrozen
@@ -160,6 +169,20 @@ def _fill(
         n_on[done] = 1.0
 
 
+def _apart_rates(
+    counts: IntArray, narrowest_Bps: FloatArray, channels: IntArray, sharing: bool
+) -> tuple[FloatArray, IntArray, bool]:
+    """:func:`max_min_rates` of routes no two of which share a channel (``channels``: theirs):
+    each route's flows split its narrowest channel evenly, the same divisions filling makes."""
+    shared = bool(counts.max() >= 2)
+    if not shared or not sharing:
+        return narrowest_Bps, channels, shared
+    rate: FloatArray = narrowest_Bps / counts
+    if not rate.min() > 0:
+        raise SimulationError("progressive filling found a channel with no capacity left")
+    return rate, channels, shared
+
+
 class AllocationCache:
     """Allocations by the number of moving flows per route, for one run.
 
@@ -174,6 +197,7 @@ class AllocationCache:
         self._cache: dict[bytes, Allocation] = {}
         self._bytes = 0
         self.flushes = 0  # times the cache was emptied (a recorded window must see none)
+        self._apart_by_routes: dict[bytes, IntArray | None] = {}
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -198,10 +222,16 @@ class AllocationCache:
             return alloc
         routes = per_route.nonzero()[0]
         table = self.routes
-        rate, channels, shared = max_min_rates(
-            table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
-            self.sharing, None if table.weights is None else table.weights[routes],
-        )  # fmt: skip
+        apart = None if table.weights is not None else self._apart(routes)
+        if apart is not None:  # no channel carries two of these routes: no filling to do
+            rate, channels, shared = _apart_rates(
+                per_route[routes], table.narrowest_Bps[routes], apart, self.sharing
+            )
+        else:
+            rate, channels, shared = max_min_rates(
+                table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
+                self.sharing, None if table.weights is None else table.weights[routes],
+            )  # fmt: skip
         route_rate = np.zeros(len(per_route))
         route_rate[routes] = rate
         alloc = Allocation(key, route_rate, channels, shared)
@@ -213,6 +243,21 @@ class AllocationCache:
         self._cache[key] = alloc
         self._bytes += alloc.nbytes
         return alloc
+
+    def _apart(self, routes: IntArray) -> IntArray | None:
+        """The channels of ``routes`` (sorted) when no channel is on two of them, else None;
+        memoised by the set of routes, which recurs far more often than the counts on them."""
+        key = routes.tobytes()
+        if key in self._apart_by_routes:
+            return self._apart_by_routes[key]
+        pc = self.routes.channels[routes].ravel()
+        pc = pc[pc < self.routes.num_channels]
+        on = np.bincount(pc)
+        channels = None if len(pc) and on.max() > 1 else np.flatnonzero(on)
+        if len(self._apart_by_routes) >= _APART_ENTRIES:
+            self._apart_by_routes.clear()
+        self._apart_by_routes[key] = channels
+        return channels
 
     def flush_busy(self) -> None:
         """Book the time each cached allocation was in force on its channels."""

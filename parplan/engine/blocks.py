@@ -5,8 +5,10 @@ A *block* is a run of consecutive transfer tasks in the task graph: a lowered co
 parallel bucket's all-reduce is one). :func:`find_blocks` finds the blocks whose content occurs
 more than once, by a digest of every column the engine reads and of their dependencies and
 successors relative to the block. :class:`FlowLog` is what a recorded window did to the run's
-accumulators, in order, and how close it came to the kernel's tie horizon: the flows, the
-reduction streams and the kernel write to it while a window is recorded.
+accumulators, in order, how close it came to the kernel's tie horizon and whether any absolute
+time it computed was a rounding tie: the flows, the reduction streams and the kernel write to it
+while a window is recorded. :func:`is_entry` and :func:`exit_mask` say how a block meets the rest
+of the graph.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IdArray, IntArray
-from parplan.taskgraph import TRANSFER
+from parplan.taskgraph import MARKER, TRANSFER
 
 if TYPE_CHECKING:
     from parplan.engine.allocator import Allocation
@@ -84,6 +87,9 @@ class FlowLog:
     fired_max_s: float = 0.0  # largest finish - now of a flow fired early by the tie horizon
     unfired_min_s: float = math.inf  # smallest finish - now of a flow (or clock) left for later
     clean: bool = True
+    ties: bool = False  # some absolute time the window used was a rounding tie (:meth:`sums`)
+    sum_max_s: float = -math.inf  # the latest absolute time the window used
+    tied: set[int] = field(default_factory=set)  # flows whose finish time, not yet read, was a tie
 
     # The arrays logged are fresh ones the engine does not write to again: kept, not copied.
     def add_bytes(self, rids: IntArray, values: FloatArray) -> None:
@@ -98,12 +104,68 @@ class FlowLog:
     def add_reduce(self, devs: IdArray, seconds: FloatArray) -> None:
         self.reduce_busy.append((devs, seconds))
 
+    def sums(self, a: float | FloatArray, b: float | FloatArray, s: float | FloatArray) -> None:
+        """The window computed absolute times ``s = a + b`` (rounded; ``a`` absolute, ``b`` a
+        duration) that it uses as they are (event times): note whether any exact sum lay halfway
+        between two floats. Without such a tie, ``a + b`` shifted by any whole number of ulps of
+        a binade that holds ``a`` and ``s`` rounds to ``s`` shifted alike, so the window may be
+        laid down an odd number of ulps away (with ties, round-half-even may round the other way)."""
+        if self.ties:  # already known: no odd shift for this window
+            return
+        if isinstance(s, float):
+            bb = s - a
+            err = float((a - (s - bb)) + (b - bb))  # TwoSum: the exact rounding error, a float
+            ulp = math.ulp(s)
+            below = err < 0.0 and math.frexp(s)[0] == 0.5  # s = 2^k: the floats below are twice as dense
+            self.ties = self.ties or (err != 0.0 and (2.0 if not below else 4.0) * abs(err) == ulp)
+            self.sum_max_s = max(self.sum_max_s, s)
+        elif len(s):
+            self.ties = self.ties or bool(np.any(_ties(a, b, s)))
+            self.sum_max_s = max(self.sum_max_s, float(np.max(s)))
+
+    def finishes(
+        self, tasks: IntArray, a: float | FloatArray, b: FloatArray, s: FloatArray, *, every: bool
+    ) -> None:
+        """Finish times ``s = a + b`` of flows ``tasks`` (``every``: of all moving flows, replacing
+        what was noted before), which a later rate change may supersede unread: a tie among them
+        matters only if the flow fires at it or it is read (:meth:`used`)."""
+        if self.ties:
+            return
+        tied = tasks[_ties(a, b, s)].tolist()
+        if every:
+            self.tied = set(tied)
+        else:
+            self.tied.update(tied)
+
+    def used(self, tasks: IntArray, finish_s: FloatArray) -> None:
+        """The finish times ``finish_s`` of flows ``tasks`` are read (they fire, or are booked)."""
+        if self.ties or not len(tasks):
+            return
+        if self.tied and not self.tied.isdisjoint(tasks.tolist()):
+            self.ties = True
+        self.sum_max_s = max(self.sum_max_s, float(np.max(finish_s)))
+
     def fired(self, last_fired_s: float, next_left_s: float, now: float) -> None:
         """Flows fired at ``now``, the last finishing at ``last_fired_s`` (within the tie
         horizon), the first left for later at ``next_left_s``: note both margins."""
         self.fired_max_s = max(self.fired_max_s, last_fired_s - now)
         if next_left_s < math.inf:
             self.unfired_min_s = min(self.unfired_min_s, next_left_s - now)
+
+
+def _ties(a: float | FloatArray, b: float | FloatArray, s: FloatArray) -> npt.NDArray[np.bool_]:
+    """Where the exact ``a + b`` lay halfway between two floats (so that ``s``, its rounding, went
+    to the even one): TwoSum's exact error is half the spacing of the floats around ``s`` (a
+    quarter of ``s``'s ulp when ``s`` is a power of 2 and the exact sum lay below it)."""
+    bb = s - a
+    err = (a - (s - bb)) + (b - bb)
+    twice = 2.0 * np.abs(err)
+    ulp = np.spacing(np.abs(s))
+    tie: npt.NDArray[np.bool_] = twice == ulp
+    quarter = (err < 0.0) & (2.0 * twice == ulp)
+    if quarter.any():
+        tie |= quarter & (np.frexp(s)[0] == 0.5)
+    return tie
 
 
 def compact_log(log: FlowLog) -> None:
@@ -115,3 +177,32 @@ def compact_log(log: FlowLog) -> None:
             ids = np.concatenate([p[0] for p in parts]) if parts else EMPTY_I
             values = np.concatenate([p[1] for p in parts]) if parts else EMPTY_F
             setattr(log, name, [(ids, values)])
+
+
+def is_entry(tasks: TaskView, deps: Dependencies, lo: int, hi: int, issued: IntArray) -> bool:
+    """Whether transfers ``issued`` are exactly the roots of block ``lo:hi`` (its transfers with
+    no dependency inside it) while every outside dependency of its other transfers is a marker
+    already done: then nothing outside the block decides its timing from now on."""
+    off = tasks.dep_offsets
+    counts = np.asarray(off[lo + 1 : hi + 1], dtype=np.int64) - np.asarray(off[lo:hi], dtype=np.int64)
+    dep = np.asarray(tasks.dep_indices[int(off[lo]) : int(off[hi])], dtype=np.int64)
+    owner = np.repeat(np.arange(lo, hi), counts)
+    inside = (dep >= lo) & (dep < hi)
+    has_inside = np.zeros(hi - lo, dtype=bool)
+    has_inside[owner[inside] - lo] = True
+    roots = np.flatnonzero(~has_inside) + lo
+    if len(issued) != len(roots) or not np.array_equal(issued, roots):
+        return False
+    outside = np.unique(dep[~inside & has_inside[owner - lo]])
+    return bool(np.all(tasks.kind[outside] == MARKER)) and not bool(np.count_nonzero(deps.remaining[outside]))
+
+
+def exit_mask(deps: Dependencies, lo: int, hi: int) -> npt.NDArray[np.bool_]:
+    """Per task of block ``lo:hi``: whether it has a successor outside the block."""
+    off = deps.succ_off
+    succ = np.asarray(deps.succ_idx[int(off[lo]) : int(off[hi])])
+    counts = np.asarray(off[lo + 1 : hi + 1], dtype=np.int64) - np.asarray(off[lo:hi], dtype=np.int64)
+    owner = np.repeat(np.arange(lo, hi), counts)
+    mask = np.zeros(hi - lo, dtype=bool)
+    mask[owner[(succ < lo) | (succ >= hi)] - lo] = True
+    return mask

@@ -99,7 +99,10 @@ class Flows:
         """Flows whose last byte is in (ties within the kernel's horizon are grouped) arrive now."""
         done = (self.s_finish <= horizon(self.kernel.now)).nonzero()[0]
         tasks = self.s_task[done]
-        last_fired = float(self.s_finish[done].max()) if self.log is not None and len(done) else 0.0
+        last_fired = 0.0
+        if self.log is not None and len(done):
+            self.log.used(tasks, self.s_finish[done])
+            last_fired = float(self.s_finish[done].max())
         self._release(done)
         if self.log is not None:  # recording a window (parplan.engine.replay): the tie margins
             self.log.fired(last_fired, float(self.s_finish.min()), self.kernel.now)
@@ -122,21 +125,24 @@ class Flows:
         if self.exclusive:
             # The flows take slots now, each starting after its latency; if any would overlap
             # another on a channel, _book switches to the shared regime.
-            self._book(tasks, rids, now + lat)
+            starts = now + lat
+            if self.log is not None:
+                self.log.sums(now, lat, starts)
+            self._book(tasks, rids, starts)
             return
         if len(lat) == 1:  # one transfer (the usual batch of the shared regime)
             latency = float(lat[0])
             if latency == 0.0:
                 self._activate(tasks, rids)
             else:
-                self._push_start(now + latency, tasks, rids)
+                self._push_start(self._after(latency), tasks, rids)
             return
         lo, hi = min_max(lat)
         if lo == hi:
             if lo == 0.0:
                 self._activate(tasks, rids)
             else:
-                self._push_start(now + lo, tasks, rids)
+                self._push_start(self._after(lo), tasks, rids)
             return
         order = np.argsort(lat, kind="stable")
         l_sorted = lat[order]
@@ -146,7 +152,15 @@ class Flows:
             if latency == 0.0:
                 self._activate(tasks[idx], rids[idx])
             else:
-                self._push_start(now + latency, tasks[idx], rids[idx])
+                self._push_start(self._after(latency), tasks[idx], rids[idx])
+
+    def _after(self, delay_s: float) -> float:
+        """The instant ``delay_s`` from now (noted in a recorded window's log)."""
+        now = self.kernel.now
+        at = now + delay_s
+        if self.log is not None:
+            self.log.sums(now, delay_s, at)
+        return at
 
     def activate(self, payload: tuple[IntArray, IntArray]) -> None:
         """START handler: these transfers' latency has elapsed; their bytes start moving now."""
@@ -227,7 +241,10 @@ class Flows:
         rate = routes.narrowest_Bps[rids]
         if self.rate_cap_Bps is not None:
             rate = np.minimum(rate, self.rate_cap_Bps.take(tasks))
-        finish = starts + sizes / rate
+        duration = sizes / rate
+        finish = starts + duration
+        if self.log is not None:
+            self.log.finishes(tasks, starts, duration, finish, every=False)
         slots = self._take_slots(len(tasks))
         self.s_task[slots] = tasks
         self.s_rid[slots] = rids
@@ -254,6 +271,8 @@ class Flows:
         self.dirty = True
         live = self._by_task(np.flatnonzero(self.s_task >= 0))
         starts, finish, rids = self.s_start[live], self.s_finish[live], self.s_rid[live]
+        if self.log is not None:
+            self.log.used(self.s_task[live], finish)
         ahead = starts > now
         # Un-book the exclusive busy time after now (all of it for flows not yet moving).
         np.add.at(self.rec.route_busy_s, rids, -(finish - np.maximum(starts, now)))
@@ -282,6 +301,8 @@ class Flows:
         self.alloc = None
         live = self._by_task(live)
         rids, finish = self.s_rid[live], self.s_finish[live]
+        if self.log is not None:
+            self.log.used(self.s_task[live], finish)
         np.add.at(self.rec.route_busy_s, rids, finish - self.kernel.now)
         if self.log is not None:
             self.log.add_busy(rids, finish - self.kernel.now)
@@ -318,7 +339,11 @@ class Flows:
         if self.rate_cap_Bps is not None:
             rate = np.minimum(rate, self.rate_cap_Bps.take(self.s_task[live]))
         self.s_rate[live] = rate
-        self.s_finish[live] = now + self.s_rem[live] / rate
+        left_s = self.s_rem[live] / rate
+        finish = now + left_s
+        self.s_finish[live] = finish
+        if self.log is not None:
+            self.log.finishes(self.s_task[live], now, left_s, finish, every=True)
         self.next_finish = float(self.s_finish.min())
         if alloc.shared or not self.sharing:
             self.alloc = alloc

@@ -13,7 +13,11 @@ absolute times (``now + latency``, ``now + bytes / rate``), subtracts absolute t
 another (``now - t_sync``), and compares. When both windows lie in one binade ``[2^e, 2^(e+1))``
 (one grid of spacing ``u``) and their starts differ by an even multiple of ``u``, every such
 operation gives the recorded result shifted by exactly that difference (differences are exact by
-Sterbenz's lemma, sums round to the same grid point, and ties to even fall alike). The one
+Sterbenz's lemma, sums round to the same grid point, and ties to even fall alike). An odd number
+of ulps apart, sums still round alike unless the exact sum was a tie (halfway between two grid
+points, where round-half-even goes to the other neighbour): a recording notes every absolute
+time it computes (:meth:`~parplan.engine.blocks.FlowLog.sums`, by TwoSum's exact error) and may
+be laid down at an odd shift when none was a tie and all stay in the binade there. The one
 operation that is not shift-invariant is the kernel's tie horizon (``t + t x 1e-12``): the
 recording keeps its margins (how far a fired flow's finish was above ``now``, how far any
 unfired one was), and a window is replayed only where both stay on their side of the horizon at
@@ -29,7 +33,8 @@ runs, anything from outside that would have met it in the full run raises
 :class:`ReplayConflict`: a transfer issued, an event at the instant of one of the block's exits,
 or an event within the tie horizon of the block's flows finishing; :func:`~parplan.engine.simulate.simulate`
 then runs the whole graph again without replay. A recording is kept only if its own window was
-clean in the same sense. ``PARPLAN_FULL_SIMULATION=1`` turns replay off.
+clean in the same sense. ``PARPLAN_FULL_SIMULATION=1`` turns replay off (with the orbit quotient
+of :mod:`~parplan.engine.symmetry`); ``PARPLAN_NO_REPLAY=1`` turns off replay alone.
 """
 
 from __future__ import annotations
@@ -44,10 +49,10 @@ import numpy as np
 import numpy.typing as npt
 
 from parplan.engine.arrays import EMPTY_I, FloatArray, IntArray
-from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, FlowLog, compact_log, find_blocks
+from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, FlowLog, compact_log, exit_mask, find_blocks, is_entry
 from parplan.engine.kernel import DONE, horizon
 from parplan.errors import SimulationError
-from parplan.taskgraph import MARKER, TRANSFER
+from parplan.taskgraph import TRANSFER
 
 if TYPE_CHECKING:
     from parplan.engine.flows import Flows
@@ -56,6 +61,7 @@ if TYPE_CHECKING:
     from parplan.engine.tasks import Dependencies, TaskView
 
 FULL_SIMULATION_ENV = "PARPLAN_FULL_SIMULATION"
+NO_REPLAY_ENV = "PARPLAN_NO_REPLAY"
 
 
 class ReplayConflict(SimulationError):
@@ -105,6 +111,8 @@ class _Memo:
     clock_rel: FloatArray
     reduce_devs: IntArray
     flushes: int  # the allocation cache's flushes when it was recorded
+    tie_free: bool  # no absolute time of the window was a rounding tie: odd shifts replay too
+    sum_max_rel: float  # the latest absolute time the window computed, relative to its start
 
 
 class Replays:
@@ -144,7 +152,7 @@ class Replays:
     @staticmethod
     def wanted(tasks: TaskView) -> bool:
         """Whether a run of ``tasks`` may replay at all (a cheap test before :func:`find_blocks`)."""
-        if os.environ.get(FULL_SIMULATION_ENV, "") not in ("", "0"):
+        if any(os.environ.get(name, "") not in ("", "0") for name in (FULL_SIMULATION_ENV, NO_REPLAY_ENV)):
             return False
         return int(np.count_nonzero(tasks.kind == TRANSFER)) >= 2 * MIN_BLOCK_TRANSFERS
 
@@ -170,7 +178,7 @@ class Replays:
         if blk < 0 or self.seen[blk]:
             return False
         self.seen[blk] = True
-        if not self._is_entry(blk, tasks):
+        if not is_entry(self.tasks, self.deps, int(self.lo[blk]), int(self.hi[blk]), tasks):
             return False
         memo = self._match(blk, now)
         if memo is not None:
@@ -267,7 +275,7 @@ class Replays:
         log = FlowLog()
         self.recording = _Recording(
             blk, now, self._slot_state(), (flows.exclusive, flows.sharing), flows.cache.flushes, log,
-            self._exit_mask(blk), int(self.lo[blk]), int(self.hi[blk]),
+            exit_mask(self.deps, int(self.lo[blk]), int(self.hi[blk])), int(self.lo[blk]), int(self.hi[blk]),
         )  # fmt: skip
         flows.log = log
         self.reduction.log = log
@@ -311,6 +319,8 @@ class Replays:
             clock_rel=steps[:, 1].copy(),
             reduce_devs=np.unique(reduce_devs),
             flushes=rec.flushes,
+            tie_free=not rec.log.ties and _same_binade(rec.t0, max(rec.log.sum_max_s, end)),
+            sum_max_rel=max(rec.log.sum_max_s, end) - rec.t0,
         )
         compact_log(memo.log)
         self.memos.setdefault(self.keys[rec.block], []).append(memo)
@@ -357,7 +367,9 @@ class Replays:
         if not (_same_binade(t0, end) and math.frexp(t0)[1] == math.frexp(memo.t0)[1]):
             return False
         u = math.ulp(t0)
-        if ((t0 - memo.t0) / u) % 2.0 != 0.0:
+        if ((t0 - memo.t0) / u) % 2.0 != 0.0 and not (
+            memo.tie_free and _same_binade(t0, t0 + memo.sum_max_rel)
+        ):  # an odd shift: exact only where no sum was a tie and every sum stays in the binade
             return False
         taus = [horizon(t) - t for t in (t0, end, memo.t0, memo.t0 + memo.span_s)]
         slack = 4.0 * u
@@ -428,37 +440,6 @@ class Replays:
     def _slot_state(self) -> bytes:
         f = self.flows
         return len(f.s_task).to_bytes(8, "little") + f.free_slots[: f.n_free].tobytes()
-
-    def _is_entry(self, blk: int, tasks: IntArray) -> bool:
-        """Whether ``tasks`` are exactly the block's roots (transfers with no dependency inside
-        it) while every outside dependency of its other transfers is a marker already done: then
-        nothing outside the block decides its timing from now on."""
-        lo, hi = int(self.lo[blk]), int(self.hi[blk])
-        off = self.tasks.dep_offsets
-        counts = np.asarray(off[lo + 1 : hi + 1], dtype=np.int64) - np.asarray(off[lo:hi], dtype=np.int64)
-        deps = np.asarray(self.tasks.dep_indices[int(off[lo]) : int(off[hi])], dtype=np.int64)
-        owner = np.repeat(np.arange(lo, hi), counts)
-        inside = (deps >= lo) & (deps < hi)
-        has_inside = np.zeros(hi - lo, dtype=bool)
-        has_inside[owner[inside] - lo] = True
-        roots = np.flatnonzero(~has_inside) + lo
-        if len(tasks) != len(roots) or not np.array_equal(tasks, roots):
-            return False
-        outside = np.unique(deps[~inside & has_inside[owner - lo]])
-        return bool(np.all(self.tasks.kind[outside] == MARKER)) and not bool(
-            np.count_nonzero(self.deps.remaining[outside])
-        )
-
-    def _exit_mask(self, blk: int) -> npt.NDArray[np.bool_]:
-        """Per task of the block: whether it has a successor outside the block."""
-        lo, hi = int(self.lo[blk]), int(self.hi[blk])
-        off = self.deps.succ_off
-        succ = np.asarray(self.deps.succ_idx[int(off[lo]) : int(off[hi])])
-        counts = np.asarray(off[lo + 1 : hi + 1], dtype=np.int64) - np.asarray(off[lo:hi], dtype=np.int64)
-        owner = np.repeat(np.arange(lo, hi), counts)
-        mask = np.zeros(hi - lo, dtype=bool)
-        mask[owner[(succ < lo) | (succ >= hi)] - lo] = True
-        return mask
 
 
 def _same_binade(a: float, b: float) -> bool:

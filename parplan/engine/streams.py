@@ -54,12 +54,19 @@ def device_rates(
 
 
 def fifo_book(
-    free: FloatArray, busy: FloatArray, tasks: IntArray, devs: IdArray, durs: FloatArray, now: float
+    free: FloatArray,
+    busy: FloatArray,
+    tasks: IntArray,
+    devs: IdArray,
+    durs: FloatArray,
+    now: float,
+    log: FlowLog | None = None,
 ) -> tuple[FloatArray, FloatArray]:
     """FIFO-schedule ``tasks`` (arriving ``now``, in task order) on per-device serial streams.
 
     ``free[d]`` is when device ``d``'s stream is next free and ``busy[d]`` its busy seconds; both
-    are updated. Returns start and end times aligned with ``tasks``; ties go by task id.
+    are updated. Returns start and end times aligned with ``tasks``; ties go by task id. A
+    recorded window's ``log`` notes the absolute times it computes (:meth:`FlowLog.sums`).
 
     >>> free, busy = np.zeros(2), np.zeros(2)
     >>> s, e = fifo_book(free, busy, np.array([0, 1, 2]), np.array([0, 0, 1]), np.array([1.0, 2.0, 4.0]), 0.0)
@@ -70,6 +77,8 @@ def fifo_book(
         d = int(devs[0])
         s = max(now, float(free[d]))
         e = s + float(durs[0])
+        if log is not None:
+            log.sums(s, float(durs[0]), e)
         free[d] = e
         busy[d] += float(durs[0])
         return np.array([s]), np.array([e])
@@ -78,6 +87,8 @@ def fifo_book(
     if not np.count_nonzero(d_sorted[1:] == d_sorted[:-1]):  # one task per device: no queueing among them
         s_arr = np.maximum(free[devs], now)
         e_arr = s_arr + durs
+        if log is not None:
+            log.sums(s_arr, durs, e_arr)
         free[devs] = e_arr
         return s_arr, e_arr
     order = np.lexsort((tasks, devs))  # FIFO within a device: ties by task id
@@ -90,8 +101,13 @@ def fifo_book(
     csum = np.cumsum(dur_sorted)
     seg_base = (csum - dur_sorted)[first]
     base = np.maximum(free[d_sorted], now)
-    s_sorted = base + (csum - dur_sorted) - seg_base[seg]
+    queued = base + (csum - dur_sorted)
+    s_sorted = queued - seg_base[seg]
     e_sorted = s_sorted + dur_sorted
+    if log is not None:
+        log.sums(base, csum - dur_sorted, queued)
+        log.sums(queued, -seg_base[seg], s_sorted)
+        log.sums(s_sorted, dur_sorted, e_sorted)
     last = np.append(first[1:], True)
     free[d_sorted[last]] = e_sorted[last]
     s_arr = np.empty(len(order))
@@ -215,5 +231,5 @@ class ReductionStreams:
         durs = self.gamma_s_per_byte[devs] * self.tasks.size_bytes[tasks]
         if self.log is not None:
             self.log.add_reduce(devs, durs)
-        _, ends = fifo_book(self.free, self.busy_s, tasks, devs, durs, self.kernel.now)
+        _, ends = fifo_book(self.free, self.busy_s, tasks, devs, durs, self.kernel.now, self.log)
         self.kernel.push_grouped(ends, tasks, DONE)

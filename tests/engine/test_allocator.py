@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -165,3 +167,141 @@ def test_chain_routes_use_their_narrowest_channel() -> None:
     alloc = AllocationCache(routes, np.zeros(routes.num_channels + 1), sharing=True).get(rids)
     # Both cross d1->d2 (1 GB/s).
     assert alloc.route_rate_Bps[rids].tolist() == pytest.approx([0.5e9, 0.5e9])
+
+
+def _compacted_rates(
+    route_channels: np.ndarray,
+    counts: np.ndarray,
+    bandwidth_Bps: np.ndarray,
+    narrowest_Bps: np.ndarray,
+    sharing: bool = True,
+    pair_weight: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The allocator before it worked in the network's channel numbering (np.unique compacted
+    the channels in use): the bit-for-bit oracle."""
+    nr = len(route_channels)
+    num_ch = len(bandwidth_Bps)
+    pc = route_channels.ravel()
+    real = pc < num_ch
+    used, pcl = np.unique(pc[real], return_inverse=True)
+    nu = len(used)
+    pr = np.repeat(np.arange(nr), route_channels.shape[1])[real]
+    weight = counts[pr].astype(np.float64)  # flows of each (route, channel) pair
+    pw = None if pair_weight is None else pair_weight.ravel()[real]
+    if pw is not None:
+        weight *= pw
+    n_on = np.bincount(pcl, weights=weight, minlength=nu)  # flows per channel
+    shared = bool(n_on.max() >= 2)
+    if not shared or not sharing:
+        return narrowest_Bps, used, shared
+    # A route that shares none of its channels with another route is a component of its
+    # own: its flows split its narrowest channel evenly (what filling would give it).
+    rate = np.empty(nr)
+    crowded = np.bincount(pcl, minlength=nu)[pcl] > 1  # pairs on a channel other routes use
+    if pw is not None:
+        crowded |= pw > 1.0  # an orbit's translates share the channel among themselves
+    alone = np.bincount(pr[crowded], minlength=nr) == 0
+    if alone.any():
+        rate[alone] = narrowest_Bps[alone] / counts[alone]
+        if not rate[alone].min() > 0:
+            raise SimulationError("progressive filling found a channel with no capacity left")
+        if alone.all():
+            return rate, used, shared
+    _compacted_fill(rate, ~alone, bandwidth_Bps[used], n_on, pr, pcl, weight)
+    return rate, used, shared
+
+
+def _compacted_fill(
+    rate: np.ndarray,
+    unfrozen: np.ndarray,
+    cap: np.ndarray,
+    n_on: np.ndarray,
+    pr: np.ndarray,
+    pcl: np.ndarray,
+    weight: np.ndarray,
+) -> None:
+    nr, nu = len(rate), len(cap)
+    frozen = ~unfrozen
+    if frozen.any():
+        frozen_pair = frozen[pr]
+        cap[pcl[frozen_pair]] = math.inf
+        n_on[pcl[frozen_pair]] = 1.0
+        keep = ~frozen_pair
+        pr, pcl, weight = pr[keep], pcl[keep], weight[keep]
+    while True:
+        share = cap / n_on
+        m = float(share.min())
+        if not m > 0:
+            raise SimulationError("progressive filling found a channel with no capacity left")
+        hit = np.zeros(nr, dtype=bool)
+        hit[pr[(share <= m * (1.0 + allocator._SHARE_REL))[pcl]]] = True
+        hit &= unfrozen
+        rate[hit] = m
+        unfrozen ^= hit
+        if not unfrozen.any():
+            return
+        pair_hit = hit[pr]
+        frozen_flows = np.bincount(pcl[pair_hit], weights=weight[pair_hit], minlength=nu)
+        cap -= frozen_flows * m
+        n_on -= frozen_flows
+        np.maximum(cap, 0.0, out=cap)
+        done = n_on <= 0.0
+        cap[done] = math.inf
+        n_on[done] = 1.0
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), num_channels=st.integers(2, 12), num_routes=st.integers(2, 8), weighted=st.booleans())
+def test_filling_in_network_numbering_has_the_bits_of_the_compacted_one(
+    data: st.DataObject, num_channels: int, num_routes: int, weighted: bool
+) -> None:
+    # Routes over a few of many channels (most channels out of use), some sharing: every route
+    # gets exactly the bits (and the channels in use) of filling over the channels in use alone.
+    channels = st.lists(st.integers(0, num_channels - 1), min_size=1, max_size=3, unique=True)
+    routes = [sorted(data.draw(channels)) for _ in range(num_routes)]
+    counts = np.array(data.draw(st.lists(st.integers(1, 4), min_size=num_routes, max_size=num_routes)))
+    bw = np.array(
+        data.draw(
+            st.lists(st.sampled_from([1e9, 3e9, 25e9, 300e9]), min_size=num_channels, max_size=num_channels)
+        )
+    )
+    mat = _padded(routes, num_channels)
+    weights = None
+    if weighted:
+        weights = np.where(
+            mat < num_channels,
+            np.array(
+                data.draw(st.lists(st.sampled_from([1.0, 2.0]), min_size=mat.size, max_size=mat.size))
+            ).reshape(mat.shape),
+            0.0,
+        )
+    narrowest = np.array([bw[r].min() for r in routes])
+    rate, used, shared = max_min_rates(mat, counts, bw, narrowest, True, weights)
+    assert used.tolist() == sorted({c for r in routes for c in r})
+    oracle, oracle_used, oracle_shared = _compacted_rates(mat, counts, bw, narrowest, True, weights)
+    assert (
+        rate.tolist() == oracle.tolist() and used.tolist() == oracle_used.tolist() and shared == oracle_shared
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), num_routes=st.integers(1, 6))
+def test_routes_sharing_no_channel_get_what_filling_gives(data: st.DataObject, num_routes: int) -> None:
+    # The cache skips filling when no channel carries two of the routes in use: each route's
+    # flows split its narrowest channel. The rates, channels and sharing flag are filling's bits.
+    routes = _table()
+    pairs = [(s, d) for s in range(4) for d in range(4) if s != d]
+    chosen = data.draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=num_routes))
+    counts = data.draw(st.lists(st.integers(1, 3), min_size=len(chosen), max_size=len(chosen)))
+    src = np.repeat([s for s, _ in chosen], counts)
+    dst = np.repeat([d for _, d in chosen], counts)
+    rids = routes.ids(src, dst)
+    for sharing in (True, False):
+        alloc = AllocationCache(routes, np.zeros(routes.num_channels + 1), sharing=sharing).get(rids)
+        per_route = np.bincount(rids)
+        used = per_route.nonzero()[0]
+        rate, channels, shared = max_min_rates(
+            routes.channels[used], per_route[used], routes.bandwidth_Bps, routes.narrowest_Bps[used], sharing
+        )
+        assert alloc.route_rate_Bps[used].tolist() == rate.tolist()
+        assert alloc.channels.tolist() == channels.tolist() and alloc.shared == shared

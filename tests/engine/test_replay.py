@@ -20,8 +20,8 @@ from parplan.api.evaluate import build_context
 from parplan.api.knobs import apply_overrides
 from parplan.config.cluster import TransportSpec
 from parplan.config.loader import load_scenario
-from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, find_blocks
-from parplan.engine.replay import FULL_SIMULATION_ENV
+from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, FlowLog, find_blocks
+from parplan.engine.replay import FULL_SIMULATION_ENV, NO_REPLAY_ENV
 from parplan.engine.result import SimResult
 from parplan.engine.simulate import simulate
 from parplan.engine.tasks import Dependencies, TaskView
@@ -141,3 +141,84 @@ def test_a_met_replay_runs_again_with_that_block_simulated(monkeypatch: pytest.M
     _same(replayed, full)
     assert len(runs) == 3 and runs[1]  # replayed, met, run again; then the full run
     assert replayed.num_events * 2 < full.num_events
+
+
+def _odd_shift_replays(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per replay of the run to come: whether it lays its recording down an odd number of ulps away."""
+    import math
+
+    import parplan.engine.replay as replay
+
+    shifts: list[bool] = []
+    lay_down = replay.Replays._replay
+
+    def noting(self: Any, blk: int, memo: Any, t0: float) -> None:
+        shifts.append(((t0 - memo.t0) / math.ulp(t0)) % 2.0 != 0.0)
+        lay_down(self, blk, memo, t0)
+
+    monkeypatch.setattr(replay.Replays, "_replay", noting)
+    return shifts
+
+
+def test_replay_at_an_odd_shift_equals_full_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buckets an odd number of ulps after a recording whose sums had no rounding tie replay
+    too, and still give the full simulation's bits."""
+    graph, ctx = _graph({"num_replicas": 8, "bucket_size": "25MiB"})
+    shifts = _odd_shift_replays(monkeypatch)
+    replayed, full = _both(graph, ctx, monkeypatch)
+    _same(replayed, full)
+    assert any(shifts)
+
+
+def test_a_recording_with_a_rounding_tie_replays_at_even_shifts_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import parplan.engine.blocks as blocks
+
+    graph, ctx = _graph({"num_replicas": 8, "bucket_size": "25MiB"})
+    monkeypatch.setattr(blocks, "_ties", lambda a, b, s: np.ones(np.shape(s), dtype=bool))
+    shifts = _odd_shift_replays(monkeypatch)
+    replayed, full = _both(graph, ctx, monkeypatch)
+    _same(replayed, full)
+    assert shifts and not any(shifts)
+
+
+def test_no_replay_switch_simulates_every_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    graph, ctx = _graph({"num_replicas": 8, "bucket_size": "25MiB"})
+    replayed, full = _both(graph, ctx, monkeypatch)
+    monkeypatch.setenv(NO_REPLAY_ENV, "1")
+    unreplayed = simulate(graph, ctx.network)
+    _same(unreplayed, full)
+    assert unreplayed.num_events == full.num_events > replayed.num_events
+
+
+def test_the_log_finds_rounding_ties() -> None:
+    """1 + 2^-53 lies halfway between 1 and the next float (a tie); 1 + 3 x 2^-54 does not."""
+    log = FlowLog()
+    log.sums(1.0, 3 * 2.0**-54, 1.0 + 3 * 2.0**-54)
+    log.sums(np.array([0.75, 1.5]), np.array([1e-3, 2e-7]), np.array([0.75, 1.5]) + np.array([1e-3, 2e-7]))
+    assert not log.ties and log.sum_max_s == 1.5 + 2e-7
+    log.sums(1.0, 2.0**-53, 1.0 + 2.0**-53)
+    assert log.ties
+    pending = FlowLog()  # a tied finish time counts only once it is read
+    tasks = np.array([7, 8])
+    pending.finishes(
+        tasks, 1.0, np.array([2.0**-53, 2.0**-10]), 1.0 + np.array([2.0**-53, 2.0**-10]), every=True
+    )
+    pending.used(np.array([8]), np.array([1.0 + 2.0**-10]))
+    assert not pending.ties
+    pending.used(np.array([7]), np.array([1.0]))
+    assert pending.ties
+
+
+def test_ties_at_a_power_of_two() -> None:
+    """Below 2^k the floats are twice as dense: 2 - 2^-53 is a tie (between 2 - 2^-52 and 2),
+    2 - 2^-52 x 3/4 is not; above 2, 2 + 2^-52 is a tie."""
+    for b, tie in (
+        (-(2.0**-53), True),
+        (-0.75 * 2.0**-52, False),
+        (2.0**-52, True),
+        (0.75 * 2.0**-51, False),
+    ):
+        log, arrays = FlowLog(), FlowLog()
+        log.sums(2.0, b, 2.0 + b)
+        arrays.sums(np.array([2.0]), np.array([b]), np.array([2.0 + b]))
+        assert log.ties == arrays.ties == tie, b

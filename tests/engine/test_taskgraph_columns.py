@@ -97,3 +97,13 @@ def test_wire_bytes_read_per_batch_equal_the_whole_column() -> None:
     tasks = rng.permutation(1000)[:300]
     assert column.take(tasks).tolist() == (size / per_code[codes])[tasks].tolist()
     assert TaskColumn(size).take(tasks).tolist() == size[tasks].tolist()
+
+
+def test_constants_of_equal_looking_values_keep_their_bits() -> None:
+    # Constants share one read-only element per value and dtype: -0.0 and 0.0, nan, 1 and True apart.
+    zero, negative = constant(3, 0.0, np.float64), constant(3, -0.0, np.float64)
+    assert not np.signbit(zero).any() and np.signbit(negative).all()
+    assert np.isnan(constant(2, float("nan"), np.float64)).all()
+    assert constant(2, 1, np.int64).dtype == np.int64 and constant(2, True, np.bool_).dtype == np.bool_
+    for c in (zero, negative, constant(0, 7, np.int32)):
+        assert c.strides == (0,) and not c.flags.writeable
