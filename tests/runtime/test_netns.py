@@ -52,6 +52,17 @@ def _probe(slot: netns.HostSlot, *args: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60).stdout
 
 
+def _rates(slot: netns.HostSlot, size: str, address: str, rate_Bps: float, tries: int = 3) -> list[float]:
+    """Bytes/s of up to ``tries`` transfers of ``size`` bytes from ``slot`` to ``address``, until one
+    reaches the shaped rate within 15%. A loaded machine can only slow a probe (its processes wait
+    for a core while the clock runs), never speed it past the shaping, so the best of a few probes
+    measures the link, and every probe must stay under the rate."""
+    rates: list[float] = []
+    while len(rates) < tries and (not rates or max(rates) < rate_Bps * 0.85):
+        rates.append(json.loads(_probe(slot, "rate", size, address))[address])
+    return rates
+
+
 def _servers(slots: list[netns.HostSlot]) -> list[subprocess.Popen[str]]:
     servers = []
     for slot in slots:
@@ -142,11 +153,12 @@ def test_hosts_reach_each_other_at_the_shaped_rate(rate_mbit: int, prefix: str) 
         rtts = json.loads(_probe(slots[0], "rtt", slots[1].address, slots[2].address))
         assert all(0 < rtt_s < 0.05 for rtt_s in rtts.values())
         size = str(int(rate_mbit * MBIT_Bps * 1.5))  # about 1.5 s of traffic
-        achieved = json.loads(_probe(slots[2], "rate", size, slots[0].address))[slots[0].address]
+        achieved = _rates(slots[2], size, slots[0].address, rate_mbit * MBIT_Bps)
         for server in servers:
             server.terminate()
     assert _leftovers(prefix) == []
-    assert achieved == pytest.approx(rate_mbit * MBIT_Bps, rel=0.15)
+    assert max(achieved) == pytest.approx(rate_mbit * MBIT_Bps, rel=0.15)
+    assert all(rate <= rate_mbit * MBIT_Bps * 1.15 for rate in achieved)
 
 
 @pytest.mark.netns
@@ -156,12 +168,13 @@ def test_a_transfer_runs_at_the_slower_hosts_rate(prefix: str) -> None:
     with emulated_cluster(hosts, prefix=prefix, delay_method="off") as slots:
         servers = _servers(slots)
         size = str(int(20 * MBIT_Bps * 2))  # about 2 s of traffic
-        into_slow = json.loads(_probe(slots[0], "rate", size, slots[1].address))[slots[1].address]
-        out_of_slow = json.loads(_probe(slots[1], "rate", size, slots[0].address))[slots[0].address]
+        into_slow = _rates(slots[0], size, slots[1].address, 20 * MBIT_Bps)
+        out_of_slow = _rates(slots[1], size, slots[0].address, 20 * MBIT_Bps)
         for server in servers:
             server.terminate()
-    assert into_slow == pytest.approx(20 * MBIT_Bps, rel=0.15)
-    assert out_of_slow == pytest.approx(20 * MBIT_Bps, rel=0.15)
+    for achieved in (into_slow, out_of_slow):
+        assert max(achieved) == pytest.approx(20 * MBIT_Bps, rel=0.15)
+        assert all(rate <= 20 * MBIT_Bps * 1.15 for rate in achieved)
 
 
 @pytest.mark.netns
