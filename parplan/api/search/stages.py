@@ -102,6 +102,7 @@ class SyncBuilder:
         self._statics: dict[tuple[Any, ...], tuple[int, float, float, float, float]] = {}
         self._unit_memo: dict[tuple[Any, ...], tuple[list[UnitRun], tuple[UnitParams, UnitParams]]] = {}
         self._calls_memo: dict[tuple[Any, ...], tuple[int, float, float]] = {}
+        self._owned_memo: dict[tuple[Any, ...], tuple[float, float]] = {}
         self._sums_memo: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._sequence_ids: dict[tuple[Any, ...], int] = {}
         self._algorithm_numbers: dict[Any, int] = {}  # small keys for the memos (a spec hashes its fields)
@@ -321,17 +322,42 @@ class SyncBuilder:
         bytes, whether it has gradient calls). The units and the calls are memoised on what they
         depend on (:meth:`_stage_units`, :meth:`_calls`), so structures alike but for dp share
         them, and so are stages alike but for how their blocks split into chunks."""
-        data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
         runs, sums = self._stage_units(strategy, mesh, kind)
         sequence, buffers, has_grad = self._calls(strategy, mesh, _units_key(kind), runs)
-        owned = optimizer_params(strategy, sums, data, expert, shard)
-        return (
-            sequence,
-            optimizer_seconds(strategy, self.ctx.model_spec, owned, info),
-            self._states(strategy, mesh, kind),
-            buffers,
-            has_grad,
+        optimizer, states = self._owned(strategy, mesh, kind, info, sums)
+        return sequence, optimizer, states, buffers, has_grad
+
+    def _owned(
+        self,
+        strategy: ShardedStrategy,
+        mesh: Mesh,
+        kind: tuple[Any, ...],
+        info: DeviceInfo,
+        sums: tuple[UnitParams, UnitParams],
+    ) -> tuple[float, float]:
+        """A stage type's (optimizer seconds, model state bytes), memoised on what they read:
+        not the bucket (the calls' alone), and of ZeRO and FSDP only which of the weights,
+        gradients and optimizer state are sharded, over which ranks, and whether the optimizer
+        is fused (:func:`~parplan.plan.sharded.parts.optimizer_seconds`), so the bucket and
+        ZeRO variants of a stage share them."""
+        s = strategy
+        flags = (
+            fully_sharded(s) and s.fsdp != "shard_grad_op",
+            s.zero >= 2 or s.fsdp != "none",
+            state_sharded(s),
+            s.fsdp == "hybrid_shard",
+            s.fsdp == "none",
         )
+        key = (flags, mesh.sizes["dp_shard"], mesh.dp * mesh.cp, mesh.ep, s.tp, s.pp > 1, info.name, kind[:3])
+        found = self._owned_memo.get(key)
+        if found is None:
+            data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
+            owned = optimizer_params(s, sums, data, expert, shard)
+            found = self._owned_memo[key] = (
+                optimizer_seconds(s, self.ctx.model_spec, owned, info),
+                self._states(s, mesh, kind),
+            )
+        return found
 
     def _stage_units(
         self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
