@@ -14,7 +14,7 @@ stage_memory` take it, so the figures equal the layout path's (``relayout_sync``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
@@ -90,6 +90,20 @@ class _Staged:
     info: DeviceInfo
     tied: tuple[float, ...]  # each type's tied-embedding all-reduce seconds (0 without)
     dims: tuple[Any, ...]  # what the memo keys take of the mesh
+    heads: list[tuple[Any, ...]]  # each type's (first, last, chunk blocks)
+
+
+@dataclass
+class _KeyRows:
+    """One mesh's sync keys in :meth:`SyncBuilder.build`: their rows, and each distinct
+    (ZeRO, FSDP, bucket)'s static figures and (calls, algorithm)'s sums."""
+
+    found: _Staged
+    ys: list[int] = field(default_factory=list)
+    static_rows: list[np.ndarray] = field(default_factory=list)
+    sums_rows: list[np.ndarray] = field(default_factory=list)
+    statics: dict[tuple[Any, ...], tuple[tuple[int, ...], np.ndarray]] = field(default_factory=dict)
+    sums: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
 
 
 class SyncBuilder:
@@ -191,30 +205,49 @@ class SyncBuilder:
 
     def build(self, base: Mesh, strategies: Sequence[ShardedStrategy]) -> Sync:
         """The figures of ``strategies`` (one per sync key, alike but for ZeRO, FSDP and the
-        aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds)."""
+        aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds).
+        Per mesh, each distinct (ZeRO, FSDP, bucket) gives every stage type's calls and static
+        figures once (:meth:`_statics_of`), each distinct (calls per type, algorithm) their sums
+        (:meth:`_sums_of`): arrays over the types, gathered per key and stage at once."""
         hybrid: Mesh | None = None
-        staged: dict[int, _Staged] = {}
-        rows: dict[int, tuple[_Staged, list[int], list[list[tuple[float, ...]]]]] = {}  # per mesh
+        groups: dict[int, _KeyRows] = {}  # per mesh
         for y, strategy in enumerate(strategies):
             mesh = base
             if strategy.fsdp == "hybrid_shard":
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
-            found = staged.get(id(mesh))
-            if found is None:
-                found = staged[id(mesh)] = self._staged(mesh, strategy)
-                rows[id(mesh)] = (found, [], [])
+            rows = groups.get(id(mesh))
+            if rows is None:
+                rows = groups[id(mesh)] = _KeyRows(self._staged(mesh, strategy))
             s, algorithm = strategy, strategy.aggregation.algorithm
             number = self._algorithm_numbers.setdefault(algorithm, len(self._algorithm_numbers))
-            prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, *found.dims)
-            per_type = [
-                self._stage(s, mesh, prefix, (algorithm, number), kind, tied, found.info)
-                for kind, tied in zip(found.kinds, found.tied, strict=True)
-            ]
-            rows[id(mesh)][1].append(y)
-            rows[id(mesh)][2].append(per_type)
+            prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes)
+            statics = rows.statics.get(prefix)
+            if statics is None:
+                statics = rows.statics[prefix] = self._statics_of(
+                    s, mesh, (*prefix, *rows.found.dims), rows.found
+                )
+            sums_key = (statics[0], number)
+            sums = rows.sums.get(sums_key)
+            if sums is None:
+                sums = rows.sums[sums_key] = self._sums_of(statics[0], (algorithm, number), rows.found)
+            rows.ys.append(y)
+            rows.static_rows.append(statics[1])
+            rows.sums_rows.append(sums)
         table = np.empty((len(strategies), base.pp, 15))  # [Y, pp, 15]
-        for found, ys, per_types in rows.values():
-            table[ys] = np.asarray(per_types)[:, found.index]
+        for rows in groups.values():
+            index = rows.found.index
+            static = np.stack(rows.static_rows)[:, index]  # [y, pp, 4]
+            summed = np.stack(rows.sums_rows)[:, index]  # [y, pp, 11]
+            tied = np.asarray(rows.found.tied)[index]
+            table[rows.ys] = np.concatenate(
+                [
+                    summed[..., [0, 1, 4, 5]],
+                    ((0.0 + tied) + summed[..., 7])[..., None],  # extra: 0.0, += tied, += synced
+                    static,
+                    summed[..., [2, 3, 6, 8, 9, 10]],
+                ],
+                axis=2,
+            )
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
         per_micro = np.asarray([[f[0]] for f in flags])
         sync = StageSync(
@@ -261,57 +294,36 @@ class SyncBuilder:
                 seconds = self._timed(call, gids[embedding], algorithm, info)[0]
             tied.append(seconds)
         dims = (mesh.sizes["dp_shard"], mesh.dp * mesh.cp, mesh.ep, strategy.tp, mesh.pp > 1, info.name)
-        return _Staged(index, kinds, info, tuple(tied), dims)
+        return _Staged(index, kinds, info, tuple(tied), dims, [kind[:3] for kind in kinds])
 
-    def _stage(
-        self,
-        strategy: ShardedStrategy,
-        mesh: Mesh,
-        prefix: tuple[Any, ...],
-        algorithm: tuple[Any, int],
-        kind: tuple[Any, ...],
-        tied: float,
-        info: DeviceInfo,
-    ) -> tuple[float, ...]:
-        """One stage type's (gather first, gather sum, scatter last, scatter sum, extra,
-        optimizer, model state bytes, sync buffer bytes, gradient calls, the SM seconds of the
-        first gather, the other gathers and every scatter but the last, and their memory seconds):
-        the calls and what does not depend on the groups memoised on what they depend on
-        (``prefix``: the strategy's ZeRO, FSDP and bucket and the mesh's sizes; :meth:`_static`),
-        their sums per distinct sequence of calls, groups and algorithm (:meth:`_summed`);
-        ``tied``: the stage's tied-embedding all-reduce; ``info``: the mesh's device (the array
-        path runs on one kind of device)."""
-        key = (prefix, kind[:3])
-        static = self._statics.get(key)
-        if static is None:
-            static = self._statics[key] = self._static(strategy, mesh, kind, info)
-        sequence, optimizer, states, buffers, has_grad = static
-        sums_key = (sequence, kind[3], algorithm[1], info.name)
-        sums = self._sums_memo.get(sums_key)
-        if sums is None:
-            sums = self._sums_memo[sums_key] = self._summed(sequence, kind[3], algorithm, info)
-        gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced = sums[:8]
-        first_memory, rest_memory, scatter_memory = sums[8:]
-        extra = 0.0
-        extra += tied
-        extra += synced
-        return (
-            gather_first,
-            gather_sum,
-            scatter_last,
-            scatter_sum,
-            extra,
-            optimizer,
-            states,
-            buffers,
-            has_grad,
-            first_sm,
-            rest_sm,
-            scatter_sm,
-            first_memory,
-            rest_memory,
-            scatter_memory,
-        )
+    def _statics_of(
+        self, strategy: ShardedStrategy, mesh: Mesh, prefix: tuple[Any, ...], found: _Staged
+    ) -> tuple[tuple[int, ...], np.ndarray]:
+        """Each stage type's number of its sequence of calls and ``[T, 4]`` (optimizer seconds,
+        model state bytes, sync buffer bytes, whether it has gradient calls) under ``strategy``:
+        :meth:`_static` memoised on what it depends on (``prefix``: the strategy's ZeRO, FSDP and
+        bucket and the mesh's sizes; the type's ends and blocks)."""
+        out = []
+        for head in found.heads:
+            key = (prefix, head)
+            static = self._statics.get(key)
+            if static is None:
+                static = self._statics[key] = self._static(strategy, mesh, head, found.info)
+            out.append(static)
+        return tuple(int(o[0]) for o in out), np.asarray([o[1:] for o in out], dtype=float)
+
+    def _sums_of(self, sequences: tuple[int, ...], algorithm: tuple[Any, int], found: _Staged) -> np.ndarray:
+        """``[T, 11]``: each stage type's sums of its calls ``sequences[t]`` in its groups
+        (:meth:`_summed`), memoised per sequence, groups, algorithm and device."""
+        info = found.info
+        out = []
+        for sequence, kind in zip(sequences, found.kinds, strict=True):
+            key = (sequence, kind[3], algorithm[1], info.name)
+            sums = self._sums_memo.get(key)
+            if sums is None:
+                sums = self._sums_memo[key] = self._summed(sequence, kind[3], algorithm, info)
+            out.append(sums)
+        return np.asarray(out, dtype=float)
 
     def _static(
         self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
