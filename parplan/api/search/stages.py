@@ -4,8 +4,8 @@ sharding units it holds (the embedding on stage 0, its blocks, the head on the l
 into chunks by :func:`~parplan.plan.sharded.costs.split_layers`) and on its data-parallel groups.
 Stages alike in both (most of a pipeline's) are worked out once
 (:func:`~parplan.plan.sharded.sync.stage_sync_runs`: the calls of equal blocks as one pattern and
-its count; :func:`~parplan.plan.sharded.sync.optimizer_params`,
-:func:`~parplan.plan.sharded.memory.sync_buffers`); each distinct sequence of calls is priced once
+its count; :func:`~parplan.plan.sharded.memory.sync_buffers`; the optimizer and model state in
+:mod:`~parplan.api.search.holdings`); each distinct sequence of calls is priced once
 per groups and algorithm, and every sum is taken call by call in the order
 :func:`~parplan.api.sharded_analytic._stage_sync` and :func:`~parplan.plan.sharded.memory.
 stage_memory` take it, so the figures equal the layout path's (``relayout_sync``) bit for bit.
@@ -14,12 +14,13 @@ stage_memory` take it, so the figures equal the layout path's (``relayout_sync``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from parplan.api.search.chunks import Meshes, group_of
+from parplan.api.search.holdings import StageHoldings, units_key
 from parplan.api.sharded_analytic import StageSync
 from parplan.plan.compute import comm_memory_excess, comm_sm_share
 from parplan.plan.sharded.blocks import bus_bytes
@@ -27,20 +28,12 @@ from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import split_layers
 from parplan.plan.sharded.memory import sync_buffers
 from parplan.plan.sharded.parts import (
-    block_unit,
-    embedding_unit,
-    head_unit,
     mesh_stage_sync_runs,
-    optimizer_seconds,
 )
 from parplan.plan.sharded.sync import (
     CallRun,
-    UnitParams,
     UnitRun,
     fully_sharded,
-    optimizer_params,
-    state_sharded,
-    unit_runs,
 )
 from parplan.plan.sharded.sync import StageSyncRuns as StageCallRuns
 
@@ -89,7 +82,20 @@ class _Staged:
     kinds: list[tuple[Any, ...]]  # (first, last, chunk blocks, group numbers)
     info: DeviceInfo
     tied: tuple[float, ...]  # each type's tied-embedding all-reduce seconds (0 without)
-    dims: tuple[Any, ...]  # what the memo keys take of the mesh
+    heads: list[tuple[Any, ...]]  # each type's (first, last, chunk blocks)
+
+
+@dataclass
+class _KeyRows:
+    """One mesh's sync keys in :meth:`SyncBuilder.build`: their rows, and each distinct
+    (ZeRO, FSDP, bucket)'s static figures and (calls, algorithm)'s sums."""
+
+    found: _Staged
+    ys: list[int] = field(default_factory=list)
+    static_rows: list[np.ndarray] = field(default_factory=list)
+    sums_rows: list[np.ndarray] = field(default_factory=list)
+    statics: dict[tuple[Any, ...], tuple[tuple[int, ...], np.ndarray]] = field(default_factory=dict)
+    sums: dict[tuple[Any, ...], np.ndarray] = field(default_factory=dict)
 
 
 class SyncBuilder:
@@ -98,10 +104,8 @@ class SyncBuilder:
     def __init__(self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock, meshes: Meshes) -> None:
         self.ctx, self.shape, self.clock, self.meshes = ctx, shape, clock, meshes
         self._times: dict[tuple[Any, ...], tuple[float, float, float]] = {}
-        self._params: dict[tuple[Any, ...], tuple[float, float]] = {}
-        self._statics: dict[tuple[Any, ...], tuple[int, float, float, float, float]] = {}
-        self._unit_memo: dict[tuple[Any, ...], tuple[list[UnitRun], tuple[UnitParams, UnitParams]]] = {}
         self._calls_memo: dict[tuple[Any, ...], tuple[int, float, float]] = {}
+        self.holdings = StageHoldings(ctx, shape)
         self._sums_memo: dict[tuple[Any, ...], tuple[float, ...]] = {}
         self._sequence_ids: dict[tuple[Any, ...], int] = {}
         self._algorithm_numbers: dict[Any, int] = {}  # small keys for the memos (a spec hashes its fields)
@@ -161,59 +165,49 @@ class SyncBuilder:
             index[s] = types.setdefault(key, len(types))
         return index, list(types)
 
-    def _units(self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]) -> list[list[UnitParams]]:
-        """The units of each chunk of a stage of type ``kind``, in model order."""
-        first, last, counts = kind[0], kind[1], kind[2]
-        block = block_unit(self.shape, strategy, mesh.ep, 0)
-        out = []
-        for vc, n in enumerate(counts):
-            units = [embedding_unit(self.shape, strategy)] if first and vc == 0 else []
-            units += [block] * n
-            if last and vc == len(counts) - 1:
-                units.append(head_unit(self.shape, strategy))
-            out.append(units)
-        return out
-
-    def _state_params(
-        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
-    ) -> tuple[float, float]:
-        """(dense, expert) parameters of the stage, summed as ``stage_memory`` sums its chunks."""
-        key = (strategy.tp, mesh.ep, strategy.pp > 1, *kind[:3])
-        found = self._params.get(key)
-        if found is None:
-            chunks = self._units(strategy, mesh, kind)
-            params = [sum(u.dense + u.expert for u in units) for units in chunks]
-            experts = [sum(u.expert for u in units) for units in chunks]
-            expert = sum(experts)
-            found = self._params[key] = (sum(params) - expert, expert)
-        return found
-
     def build(self, base: Mesh, strategies: Sequence[ShardedStrategy]) -> Sync:
         """The figures of ``strategies`` (one per sync key, alike but for ZeRO, FSDP and the
-        aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds)."""
+        aggregation) on ``base`` (hybrid sharding: its own mesh, as ``relayout_sync`` builds).
+        Per mesh, each distinct (ZeRO, FSDP, bucket) gives every stage type's calls and static
+        figures once (:meth:`_statics_of`), each distinct (calls per type, algorithm) their sums
+        (:meth:`_sums_of`): arrays over the types, gathered per key and stage at once."""
         hybrid: Mesh | None = None
-        staged: dict[int, _Staged] = {}
-        rows: dict[int, tuple[_Staged, list[int], list[list[tuple[float, ...]]]]] = {}  # per mesh
+        groups: dict[int, _KeyRows] = {}  # per mesh
         for y, strategy in enumerate(strategies):
             mesh = base
             if strategy.fsdp == "hybrid_shard":
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
-            found = staged.get(id(mesh))
-            if found is None:
-                found = staged[id(mesh)] = self._staged(mesh, strategy)
-                rows[id(mesh)] = (found, [], [])
+            rows = groups.get(id(mesh))
+            if rows is None:
+                rows = groups[id(mesh)] = _KeyRows(self._staged(mesh, strategy))
             s, algorithm = strategy, strategy.aggregation.algorithm
             number = self._algorithm_numbers.setdefault(algorithm, len(self._algorithm_numbers))
-            prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes, *found.dims)
-            per_type = [
-                self._stage(s, mesh, prefix, (algorithm, number), kind, tied, found.info)
-                for kind, tied in zip(found.kinds, found.tied, strict=True)
-            ]
-            rows[id(mesh)][1].append(y)
-            rows[id(mesh)][2].append(per_type)
+            prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes)
+            statics = rows.statics.get(prefix)
+            if statics is None:
+                statics = rows.statics[prefix] = self._statics_of(s, mesh, rows.found)
+            sums_key = (statics[0], number)
+            sums = rows.sums.get(sums_key)
+            if sums is None:
+                sums = rows.sums[sums_key] = self._sums_of(statics[0], (algorithm, number), rows.found)
+            rows.ys.append(y)
+            rows.static_rows.append(statics[1])
+            rows.sums_rows.append(sums)
         table = np.empty((len(strategies), base.pp, 15))  # [Y, pp, 15]
-        for found, ys, per_types in rows.values():
-            table[ys] = np.asarray(per_types)[:, found.index]
+        for rows in groups.values():
+            index = rows.found.index
+            static = np.stack(rows.static_rows)[:, index]  # [y, pp, 4]
+            summed = np.stack(rows.sums_rows)[:, index]  # [y, pp, 11]
+            tied = np.asarray(rows.found.tied)[index]
+            table[rows.ys] = np.concatenate(
+                [
+                    summed[..., [0, 1, 4, 5]],
+                    ((0.0 + tied) + summed[..., 7])[..., None],  # extra: 0.0, += tied, += synced
+                    static,
+                    summed[..., [2, 3, 6, 8, 9, 10]],
+                ],
+                axis=2,
+            )
         flags = [(fully_sharded(s), fully_sharded(s) and s.fsdp != "shard_grad_op") for s in strategies]
         per_micro = np.asarray([[f[0]] for f in flags])
         sync = StageSync(
@@ -242,8 +236,8 @@ class SyncBuilder:
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
 
     def _staged(self, mesh: Mesh, strategy: ShardedStrategy) -> _Staged:
-        """What every sync key on ``mesh`` shares: its stage types (:meth:`_stages`), its device,
-        what the memo keys take of the mesh, and each type's tied-embedding all-reduce (between
+        """What every sync key on ``mesh`` shares: its stage types (:meth:`_stages`) and their
+        ends and blocks, its device, and each type's tied-embedding all-reduce (between
         the first and last stage with a pipeline; not a data-parallel call, so alike for every
         algorithm)."""
         index, kinds = self._stages(mesh, strategy.virtual_stages)
@@ -259,58 +253,31 @@ class SyncBuilder:
                 call = CommCall("all_reduce", size, "embedding", False, "tied embedding all-reduce")
                 seconds = self._timed(call, gids[embedding], algorithm, info)[0]
             tied.append(seconds)
-        dims = (mesh.sizes["dp_shard"], mesh.dp * mesh.cp, mesh.ep, strategy.tp, mesh.pp > 1, info.name)
-        return _Staged(index, kinds, info, tuple(tied), dims)
+        return _Staged(index, kinds, info, tuple(tied), [kind[:3] for kind in kinds])
 
-    def _stage(
-        self,
-        strategy: ShardedStrategy,
-        mesh: Mesh,
-        prefix: tuple[Any, ...],
-        algorithm: tuple[Any, int],
-        kind: tuple[Any, ...],
-        tied: float,
-        info: DeviceInfo,
-    ) -> tuple[float, ...]:
-        """One stage type's (gather first, gather sum, scatter last, scatter sum, extra,
-        optimizer, model state bytes, sync buffer bytes, gradient calls, the SM seconds of the
-        first gather, the other gathers and every scatter but the last, and their memory seconds):
-        the calls and what does not depend on the groups memoised on what they depend on
-        (``prefix``: the strategy's ZeRO, FSDP and bucket and the mesh's sizes; :meth:`_static`),
-        their sums per distinct sequence of calls, groups and algorithm (:meth:`_summed`);
-        ``tied``: the stage's tied-embedding all-reduce; ``info``: the mesh's device (the array
-        path runs on one kind of device)."""
-        key = (prefix, kind[:3])
-        static = self._statics.get(key)
-        if static is None:
-            static = self._statics[key] = self._static(strategy, mesh, kind, info)
-        sequence, optimizer, states, buffers, has_grad = static
-        sums_key = (sequence, kind[3], algorithm[1], info.name)
-        sums = self._sums_memo.get(sums_key)
-        if sums is None:
-            sums = self._sums_memo[sums_key] = self._summed(sequence, kind[3], algorithm, info)
-        gather_first, gather_sum, first_sm, rest_sm, scatter_last, scatter_sum, scatter_sm, synced = sums[:8]
-        first_memory, rest_memory, scatter_memory = sums[8:]
-        extra = 0.0
-        extra += tied
-        extra += synced
-        return (
-            gather_first,
-            gather_sum,
-            scatter_last,
-            scatter_sum,
-            extra,
-            optimizer,
-            states,
-            buffers,
-            has_grad,
-            first_sm,
-            rest_sm,
-            scatter_sm,
-            first_memory,
-            rest_memory,
-            scatter_memory,
-        )
+    def _statics_of(
+        self, strategy: ShardedStrategy, mesh: Mesh, found: _Staged
+    ) -> tuple[tuple[int, ...], np.ndarray]:
+        """Each stage type's number of its sequence of calls and ``[T, 4]`` (optimizer seconds,
+        model state bytes, sync buffer bytes, whether it has gradient calls) under ``strategy``
+        (:meth:`_static`; what it reads is memoised on what it depends on, so the stage types of
+        structures alike but for dp share it, and :meth:`build` calls this once per distinct
+        ZeRO, FSDP and bucket of a mesh)."""
+        out = [self._static(strategy, mesh, head, found.info) for head in found.heads]
+        return tuple(o[0] for o in out), np.asarray([o[1:] for o in out], dtype=float)
+
+    def _sums_of(self, sequences: tuple[int, ...], algorithm: tuple[Any, int], found: _Staged) -> np.ndarray:
+        """``[T, 11]``: each stage type's sums of its calls ``sequences[t]`` in its groups
+        (:meth:`_summed`), memoised per sequence, groups, algorithm and device."""
+        info = found.info
+        out = []
+        for sequence, kind in zip(sequences, found.kinds, strict=True):
+            key = (sequence, kind[3], algorithm[1], info.name)
+            sums = self._sums_memo.get(key)
+            if sums is None:
+                sums = self._sums_memo[key] = self._summed(sequence, kind[3], algorithm, info)
+            out.append(sums)
+        return np.asarray(out, dtype=float)
 
     def _static(
         self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
@@ -319,35 +286,13 @@ class SyncBuilder:
         distinct sequence once: bucket sizes that cut a stage alike make the same calls), and what
         does not depend on its groups: (calls, optimizer seconds, model state bytes, sync buffer
         bytes, whether it has gradient calls). The units and the calls are memoised on what they
-        depend on (:meth:`_stage_units`, :meth:`_calls`), so structures alike but for dp share
+        depend on (:meth:`~parplan.api.search.holdings.StageHoldings.stage_units`, :meth:`_calls`,
+        ``owned``), so structures alike but for dp share
         them, and so are stages alike but for how their blocks split into chunks."""
-        data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
-        runs, sums = self._stage_units(strategy, mesh, kind)
-        sequence, buffers, has_grad = self._calls(strategy, mesh, _units_key(kind), runs)
-        owned = optimizer_params(strategy, sums, data, expert, shard)
-        return (
-            sequence,
-            optimizer_seconds(strategy, self.ctx.model_spec, owned, info),
-            self._states(strategy, mesh, kind),
-            buffers,
-            has_grad,
-        )
-
-    def _stage_units(
-        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]
-    ) -> tuple[list[UnitRun], tuple[UnitParams, UnitParams]]:
-        """A stage type's units as runs, and two units holding their dense and their expert sums
-        (added one unit at a time: what :func:`~parplan.plan.sharded.sync.optimizer_params` adds,
-        which adds these two to the same figures, ``x + 0.0 == x``): the units in model order,
-        the same for every split of the stage's blocks into chunks (:func:`_units_key`)."""
-        key = (strategy.tp, mesh.ep, strategy.pp > 1, *_units_key(kind))
-        found = self._unit_memo.get(key)
-        if found is None:
-            units = [u for chunk in self._units(strategy, mesh, kind) for u in chunk]
-            dense, expert = sum(u.dense for u in units), sum(u.expert for u in units)
-            sums = (UnitParams("dense", dense, 0.0), UnitParams("expert", 0.0, expert))
-            found = self._unit_memo[key] = (unit_runs(units), sums)
-        return found
+        runs, sums = self.holdings.stage_units(strategy, mesh, kind)
+        sequence, buffers, has_grad = self._calls(strategy, mesh, units_key(kind), runs)
+        optimizer, states = self.holdings.owned(strategy, mesh, kind, info, sums)
+        return sequence, optimizer, states, buffers, has_grad
 
     def _calls(
         self, strategy: ShardedStrategy, mesh: Mesh, stage: tuple[Any, ...], runs: list[UnitRun]
@@ -426,31 +371,6 @@ class SyncBuilder:
         return [
             ([self._timed(c, groups[c.axis], algorithm, info) for c in pattern], n) for pattern, n in runs
         ]
-
-    def _states(self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...]) -> float:
-        """Weights, gradients and optimizer state in bytes (``stage_memory``'s terms)."""
-        spec = self.ctx.model_spec
-        dense, expert = self._state_params(strategy, mesh, kind)
-        data = mesh.dp * mesh.cp
-        dense_ranks = mesh.sizes["dp_shard"] if strategy.fsdp == "hybrid_shard" else data
-        sharded = dense / dense_ranks + expert / max(1, data // mesh.ep)
-        whole = dense + expert
-        weights = sharded if fully_sharded(strategy) and strategy.fsdp != "shard_grad_op" else whole
-        grads = sharded if (strategy.zero >= 2 or strategy.fsdp != "none") else whole
-        optimizer = sharded if state_sharded(strategy) else whole
-        return float(
-            weights * spec.bytes_per_param
-            + grads * spec.bytes_per_grad
-            + optimizer * spec.optimizer_bytes_per_param
-        )
-
-
-def _units_key(kind: tuple[Any, ...]) -> tuple[bool, bool, int]:
-    """What a stage type's units in model order depend on: whether it holds the embedding (first)
-    and the head (last), and its blocks (:meth:`SyncBuilder._units` lays them out chunk by chunk,
-    embedding first and head last, so any split of the blocks gives one sequence of units: the
-    calls and the unit sums are alike; the model state, summed per chunk, is not)."""
-    return (kind[0], kind[1], sum(kind[2]))
 
 
 def _sums(runs: Sequence[tuple[Sequence[tuple[float, float, float]], int]]) -> tuple[float, ...]:

@@ -17,11 +17,13 @@ import numpy as np
 import pytest
 
 from parplan.api.search import vector
+from parplan.api.search.chunks import Meshes
 from parplan.api.search.space import enumerate_space
-from parplan.api.search.stages import _sums
+from parplan.api.search.stages import SyncBuilder, _sums
 from parplan.config.loader import load_cluster
 from parplan.config.strategy import ShardedStrategy
 from parplan.plan.sharded.clock import GroupClock, node_symmetry
+from parplan.plan.sharded.costs import transformer_shape
 from parplan.plan.sharded.sync import (
     StageSync,
     UnitParams,
@@ -192,6 +194,54 @@ def test_stage_figures_equal_the_layout_path_on_seeded_structures(
     slow = vector.evaluate_candidates(ctx, search, part)
     for f in fields(fast):
         assert np.array_equal(getattr(fast, f.name), getattr(slow, f.name)), f.name
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_a_structures_sync_table_equals_its_keys_one_at_a_time(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync table of a structure's keys at once (each distinct ZeRO, FSDP and bucket's static
+    figures and each distinct calls and algorithm's sums shared by the keys, hybrid-sharded keys
+    on their own mesh, gathered per key and stage) equals each key's built alone, and the keys
+    in reverse order, by fresh builders, bit for bit."""
+    _, ctx = sample(name)
+    search = _search(name)
+    table, _ = enumerate_space(ctx, search)
+    calls: list[tuple[Any, list[ShardedStrategy]]] = []
+    build = SyncBuilder.build
+
+    def recording(self: SyncBuilder, base: Any, strategies: Sequence[ShardedStrategy]) -> Any:
+        calls.append((base, list(strategies)))
+        return build(self, base, strategies)
+
+    monkeypatch.setattr(SyncBuilder, "build", recording)
+    columns = np.stack([getattr(table, c).astype(np.int64) for c in vector._STRUCTURE], axis=1)
+    _, inverse = np.unique(columns, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    picked = np.random.default_rng(17).choice(
+        inverse.max() + 1, size=min(3, inverse.max() + 1), replace=False
+    )
+    vector.evaluate_candidates(ctx, search, table.take(np.flatnonzero(np.isin(inverse, picked))))
+    monkeypatch.undo()
+    assert len(calls) == len(picked)
+    shape = transformer_shape(ctx)
+
+    def fresh() -> SyncBuilder:
+        return SyncBuilder(ctx, shape, GroupClock(ctx.network, share_congruent=True), Meshes(ctx.network))
+
+    def flat(sync: Any) -> list[np.ndarray]:
+        parts = [getattr(sync.sync, f.name) for f in fields(sync.sync)]
+        return [*parts, sync.states_bytes, sync.buffers_bytes, sync.capacity_bytes]
+
+    for base, strategies in calls:
+        together = flat(fresh().build(base, strategies))
+        backwards = flat(fresh().build(base, strategies[::-1]))
+        one_by_one = fresh()
+        alone = [flat(one_by_one.build(base, [s])) for s in strategies]
+        for k, column in enumerate(together):
+            expected = np.concatenate([a[k] for a in alone])
+            assert column.tobytes() == expected.tobytes()
+            assert backwards[k][::-1].tobytes() == expected.tobytes()
 
 
 def _symmetry_one_by_one(network: Network) -> Any:
