@@ -5,7 +5,11 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from parplan.api.evaluate import build_context
+from parplan.api.search import vector
+from parplan.api.search.space import CandidateTable
 from parplan.config.loader import load_scenario
 from parplan.config.scenario import ScenarioSpec
 from parplan.plan.base import PlanContext
@@ -25,3 +29,12 @@ def sample(name: str) -> tuple[ScenarioSpec, PlanContext]:
     """The scenario ``name`` under sample_configs/scenarios and its context."""
     scenario = load_scenario(ROOT / "sample_configs" / "scenarios" / f"{name}.yaml")
     return scenario, build_context(scenario)
+
+
+def structure_of(table: CandidateTable) -> np.ndarray:
+    """Each row's structure number: ``np.unique`` over the stacked structure columns, apart from
+    the evaluator's own grouping (``vector._keys``) so that tests picking structures do not rest
+    on it."""
+    columns = np.stack([getattr(table, c).astype(np.int64) for c in vector._STRUCTURE], axis=1)
+    _, inverse = np.unique(columns, axis=0, return_inverse=True)
+    return np.asarray(inverse.reshape(-1))

@@ -36,7 +36,7 @@ from parplan.plan.sharded.sync import (
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
 from parplan.topology.placement import groups_by_node
-from tests.api.search.helpers import LLM_SAMPLES, ROOT, sample
+from tests.api.search.helpers import LLM_SAMPLES, ROOT, sample, structure_of
 from tests.api.search.test_vector import _search
 
 
@@ -182,9 +182,7 @@ def test_stage_figures_equal_the_layout_path_on_seeded_structures(
     _, ctx = sample(name)
     search = _search(name)
     table, _ = enumerate_space(ctx, search)
-    columns = np.stack([getattr(table, c).astype(np.int64) for c in vector._STRUCTURE], axis=1)
-    _, inverse = np.unique(columns, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    inverse = structure_of(table)
     picked = np.random.default_rng(13).choice(
         inverse.max() + 1, size=min(8, inverse.max() + 1), replace=False
     )
@@ -215,9 +213,7 @@ def test_a_structures_sync_table_equals_its_keys_one_at_a_time(
         return build(self, base, strategies)
 
     monkeypatch.setattr(SyncBuilder, "build", recording)
-    columns = np.stack([getattr(table, c).astype(np.int64) for c in vector._STRUCTURE], axis=1)
-    _, inverse = np.unique(columns, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    inverse = structure_of(table)
     picked = np.random.default_rng(17).choice(
         inverse.max() + 1, size=min(3, inverse.max() + 1), replace=False
     )
@@ -313,9 +309,7 @@ def test_a_structures_rows_are_copies_of_its_first_with_their_own_fields(name: s
     _, ctx = sample(name)
     search = _search(name)
     table, _ = enumerate_space(ctx, search)
-    columns = np.stack([getattr(table, c).astype(np.int64) for c in vector._STRUCTURE], axis=1)
-    _, inverse = np.unique(columns, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    inverse = structure_of(table)
     evaluator = vector._Evaluator(ctx, search, table)
     for structure in np.random.default_rng(17).choice(inverse.max() + 1, size=min(6, inverse.max() + 1)):
         sub = table.take(np.flatnonzero(inverse == structure))
