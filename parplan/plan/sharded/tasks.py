@@ -40,12 +40,13 @@ does: each unit waits for the one before it (and for the schedule's rules,
 ``s``), so interleaved 1F1B runs as Megatron runs it.
 Per unit: forward = compute, then its blocking calls; backward = recompute, blocking calls, the
 input-gradient half, then the weight-gradient half beside the overlappable calls. A compute task
-that an overlappable call runs beside is longer by the seconds the call's NCCL channels take of
-its SMs (:meth:`~parplan.plan.sharded.calls.CallTimer.stolen`, the closed form's rule); a
-weight-gradient slice by the SM seconds of the gradient bucket the slice before it made ready
-(ZeRO-0/1/2 with ``aggregation.overlap``: the bucket is simulated on the network, its SM share
-taken from the closed form's time of it). After the last
-backward: gradient buckets (ready when the chunks they cover finish their last backward, in
+that an overlappable call runs beside is longer by what the call takes from it: the SMs its NCCL
+channels hold and, for the task's memory-bound kernels, the HBM bandwidth its traffic uses, the
+larger of the two (:meth:`~parplan.plan.sharded.calls.CallTimer.stolen`, the closed form's rule,
+:func:`~parplan.plan.compute.comm_compute_share`); a weight-gradient slice by the SM seconds of
+the gradient bucket the slice before it made ready (ZeRO-0/1/2 with ``aggregation.overlap``: the
+bucket is simulated on the network, its SM share taken from the closed form's time of it). After
+the last backward: gradient buckets (ready when the chunks they cover finish their last backward, in
 backward order), the tied-embedding all-reduce, the optimizer, ZeRO-1/2's parameter all-gather.
 """
 
