@@ -157,7 +157,8 @@ def lower_schedule(
 
     done_counts, done_flat = _done_edges(schedule, first)
     rank_done = _add_markers(builder, done_counts, done_flat, builder.label_id(f"{base_label}:rank done"))
-    done = builder.marker(list(rank_done), label=f"{base_label}:done")
+    done_label = builder.label_id(f"{base_label}:done")
+    (done,) = _add_markers(builder, np.array([len(rank_done)]), np.array(rank_done), done_label)
     return CollectiveTasks(
         first_task=first, num_steps=n, rank_ready=rank_ready, rank_done=tuple(rank_done), done=done
     )
@@ -350,10 +351,10 @@ def _outside_edges(
     says, or without ``rank_deps`` the collective-wide ``deps`` on the steps with no dependency."""
     n = schedule.num_steps
     if rank_deps is not None:
-        rank_ready = tuple(
-            builder.marker([*deps, *rank_deps[r]], label=f"{base_label}:rank{r} ready")
-            for r in range(schedule.num_ranks)
-        )
+        labels = np.array([builder.label_id(f"{base_label}:rank{r} ready") for r in range(len(rank_deps))])
+        waits = [[*deps, *r_deps] for r_deps in rank_deps]
+        flat_waits = np.fromiter((d for w in waits for d in w), dtype=np.int64)
+        rank_ready = tuple(_add_markers(builder, np.array([len(w) for w in waits]), flat_waits, labels))
         counts, flat = _ready_edges(schedule, np.asarray(rank_ready, dtype=np.int64))
         return rank_ready, counts, flat
     counts = np.zeros(n, dtype=np.int64)
@@ -416,8 +417,11 @@ def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
     return rank_counts, grouped
 
 
-def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, label_id: int) -> list[int]:
-    """Append one marker per entry of ``counts`` with the given CSR deps; returns their ids."""
+def _add_markers(
+    builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, label_id: int | IntArray
+) -> list[int]:
+    """Append one marker per entry of ``counts`` with the given CSR deps and ``label_id`` (one for
+    all, or one each); returns their ids. One block, not a task at a time: cheaper to build."""
     m = len(counts)
     offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -425,7 +429,9 @@ def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, la
         {
             "kind": constant(m, MARKER, np.int8),
             "category": constant(m, builder.category_id("marker"), np.int32),
-            "label": constant(m, label_id, np.int32),
+            "label": constant(m, label_id, np.int32)
+            if isinstance(label_id, int)
+            else label_id.astype(np.int32),
         },
         offsets,
         flat,
