@@ -212,6 +212,7 @@ class AllocationCache:
         every allocation with time to book is in the cache, for :meth:`flush_busy`.
         """
         per_route = np.bincount(rids)
+        routes = None
         if len(per_route) <= _DENSE_KEY_ROUTES:
             key = per_route.tobytes()
         else:
@@ -220,7 +221,10 @@ class AllocationCache:
         alloc = self._cache.get(key)
         if alloc is not None:
             return alloc
-        routes = per_route.nonzero()[0]
+        return self._miss(key, per_route, per_route.nonzero()[0] if routes is None else routes)
+
+    def _miss(self, key: bytes, per_route: IntArray, routes: IntArray) -> Allocation:
+        """:meth:`get` for a count vector not in the cache: fill (or split apart routes), keep."""
         table = self.routes
         apart = None if table.weights is not None else self._apart(routes)
         if apart is not None:  # no channel carries two of these routes: no filling to do

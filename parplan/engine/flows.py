@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from parplan.engine.blocks import FlowLog
 
 
+_smallest = np.minimum.reduce
+"""An array's smallest value (``ndarray.min`` without its Python-level wrapper, run at most events)."""
+
+
 class Flows:
     """The run's flows. Flow ids are task ids; ``size_bytes[i]`` is flow ``i``'s size.
 
@@ -97,17 +101,22 @@ class Flows:
 
     def fire(self) -> None:
         """Flows whose last byte is in (ties within the kernel's horizon are grouped) arrive now."""
-        done = (self.s_finish <= horizon(self.kernel.now)).nonzero()[0]
+        now = self.kernel.now
+        done = (self.s_finish <= horizon(now)).nonzero()[0]
         tasks = self.s_task[done]
-        last_fired = 0.0
-        if self.log is not None and len(done):
-            self.log.used(tasks, self.s_finish[done])
-            last_fired = float(self.s_finish[done].max())
-        self._release(done)
-        if self.log is not None:  # recording a window (parplan.engine.replay): the tie margins
-            self.log.fired(last_fired, float(self.s_finish.min()), self.kernel.now)
+        log = self.log
+        if log is None:
+            self._release(done)
+        else:  # recording a window (parplan.engine.replay): the tie margins
+            last_fired = 0.0
+            if len(done):
+                finish = self.s_finish[done]
+                log.used(tasks, finish)
+                last_fired = float(finish.max())
+            self._release(done)
+            log.fired(last_fired, float(_smallest(self.s_finish)), now)
         if self.exclusive:
-            self.next_finish = float(self.s_finish.min())
+            self.next_finish = float(_smallest(self.s_finish))
         else:
             self.dirty = True
         self.on_arrive(tasks)
@@ -197,6 +206,15 @@ class Flows:
             if self.log is not None:
                 self.log.add_bytes(rids, sizes)
         # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
+        if len(tasks) == 1 and self.n_free:  # the top of the free stack, as _take_slots(1) gives
+            self.n_free -= 1
+            i = int(self.free_slots[self.n_free])
+            self.s_task[i] = tasks[0]
+            self.s_rid[i] = rids[0]
+            self.s_start[i] = now
+            self.s_rem[i] = sizes[0]
+            self.dirty = True
+            return
         slots = self._take_slots(len(tasks))
         if len(slots) == 1:
             i = int(slots[0])
@@ -320,7 +338,10 @@ class Flows:
         busy time up to now; back to the exclusive regime when no channel is shared any more."""
         self.dirty = False
         now = self.kernel.now
-        self._sync()
+        dt = now - self.t_sync  # _sync, inlined: this runs at most instants of a shared run
+        if dt > 0 and len(self.s_rem):
+            self.s_rem -= self.s_rate * dt
+        self.t_sync = now
         if self.alloc is not None:
             self.alloc.busy_s += now - self.t_used
             if self.log is not None:
@@ -344,7 +365,7 @@ class Flows:
         self.s_finish[live] = finish
         if self.log is not None:
             self.log.finishes(self.s_task[live], now, left_s, finish, every=True)
-        self.next_finish = float(self.s_finish.min())
+        self.next_finish = float(_smallest(self.s_finish))
         if alloc.shared or not self.sharing:
             self.alloc = alloc
         else:
