@@ -355,15 +355,16 @@ class Flows:
             return
         rids = self.s_rid[:n]
         alloc = self.cache.get(rids)
-        rate = alloc.route_rate_Bps[rids]
-        if self.rate_cap_Bps is not None:
-            rate = np.minimum(rate, self.rate_cap_Bps.take(self.s_task[:n]))
-        self.s_rate[:n] = rate
+        rate = self.s_rate[:n]
+        if self.rate_cap_Bps is None:
+            np.take(alloc.route_rate_Bps, rids, out=rate)
+        else:
+            rate[:] = np.minimum(alloc.route_rate_Bps[rids], self.rate_cap_Bps.take(self.s_task[:n]))
         left_s = self.s_rem[:n] / rate
-        finish = now + left_s
-        self.s_finish[:n] = finish
+        finish = self.s_finish[:n]
+        np.add(now, left_s, out=finish)
         if self.log is not None:
-            self.log.finishes(self.s_task[:n].copy(), now, left_s, finish, every=True)
+            self.log.finishes(self.s_task[:n].copy(), now, left_s, finish.copy(), every=True)
         self.next_finish = float(_smallest(self.s_finish))
         if alloc.shared or not self.sharing:
             self.alloc = alloc
@@ -409,7 +410,12 @@ class Flows:
             if i != new:
                 for column in columns:
                     column[i] = column[new]
-        elif len(slots):
+            self.s_task[new] = -1
+            self.s_rate[new] = 0.0
+            self.s_rem[new] = 0.0
+            self.s_finish[new] = math.inf
+            return
+        if len(slots):
             gone = np.zeros(old, dtype=bool)
             gone[slots] = True
             holes = np.flatnonzero(gone[:new])
