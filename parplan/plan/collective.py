@@ -155,10 +155,16 @@ def lower_schedule(
         columns["lane"] = lanes
     builder.add_block(columns, offsets, flat)
 
+    # The rank done markers, then the done marker joining them: one block.
     done_counts, done_flat = _done_edges(schedule, first)
-    rank_done = _add_markers(builder, done_counts, done_flat, builder.label_id(f"{base_label}:rank done"))
-    done_label = builder.label_id(f"{base_label}:done")
-    (done,) = _add_markers(builder, np.array([len(rank_done)]), np.array(rank_done), done_label)
+    rank_label, done_label = (builder.label_id(f"{base_label}:{name}") for name in ("rank done", "done"))
+    first_done = builder.num_tasks
+    *rank_done, done = _add_markers(
+        builder,
+        np.append(done_counts, p),
+        np.concatenate([done_flat, np.arange(first_done, first_done + p)]),
+        np.append(np.full(p, rank_label), done_label),
+    )
     return CollectiveTasks(
         first_task=first, num_steps=n, rank_ready=rank_ready, rank_done=tuple(rank_done), done=done
     )
