@@ -155,16 +155,12 @@ def lower_schedule(
         columns["lane"] = lanes
     builder.add_block(columns, offsets, flat)
 
-    # The rank done markers, then the done marker joining them: one block.
-    done_counts, done_flat = _done_edges(schedule, first)
-    rank_label, done_label = (builder.label_id(f"{base_label}:{name}") for name in ("rank done", "done"))
-    first_done = builder.num_tasks
-    *rank_done, done = _add_markers(
-        builder,
-        np.append(done_counts, p),
-        np.concatenate([done_flat, np.arange(first_done, first_done + p)]),
-        np.append(np.full(p, rank_label), done_label),
+    done_counts, done_flat = _done_edges(schedule, first)  # rank done markers, then the done marker
+    labels = np.repeat(
+        [builder.label_id(f"{base_label}:rank done"), builder.label_id(f"{base_label}:done")], [p, 1]
     )
+    done_flat = np.concatenate([done_flat, np.arange(builder.num_tasks, builder.num_tasks + p)])
+    *rank_done, done = _add_markers(builder, np.append(done_counts, p), done_flat, labels)
     return CollectiveTasks(
         first_task=first, num_steps=n, rank_ready=rank_ready, rank_done=tuple(rank_done), done=done
     )
@@ -423,11 +419,9 @@ def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
     return rank_counts, grouped
 
 
-def _add_markers(
-    builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, label_id: int | IntArray
-) -> list[int]:
-    """Append one marker per entry of ``counts`` with the given CSR deps and ``label_id`` (one for
-    all, or one each); returns their ids. One block, not a task at a time: cheaper to build."""
+def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, labels: IntArray) -> list[int]:
+    """Append one marker per entry of ``counts`` with the given CSR deps and label ids, as one
+    block (cheaper than a builder row each); returns their ids."""
     m = len(counts)
     offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -435,9 +429,7 @@ def _add_markers(
         {
             "kind": constant(m, MARKER, np.int8),
             "category": constant(m, builder.category_id("marker"), np.int32),
-            "label": constant(m, label_id, np.int32)
-            if isinstance(label_id, int)
-            else label_id.astype(np.int32),
+            "label": labels.astype(np.int32),
         },
         offsets,
         flat,
