@@ -3,7 +3,8 @@
 A transfer issued at ``t`` waits its route's latency, then its bytes cross every channel of the
 route at one rate until the last byte is in. :class:`Flows` keeps the flows in reusable slots (a
 free slot has task -1, rate 0 and finish inf), so that a batch starting or ending is a few
-scatters, not a rebuild of every array, and runs them in one of two regimes:
+scatters, not a rebuild of every array; the flows hold the first slots (a release moves the last
+flows into the holes), so that the per-instant work reads slices. It runs them in one of two regimes:
 
 - *exclusive* (the common case in collectives): no two flows' active windows overlap on any
   channel, so each runs at its route's narrowest bandwidth and a batch's finish times follow in
