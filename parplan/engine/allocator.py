@@ -32,6 +32,7 @@ _DENSE_KEY_ROUTES = 512
 _ALLOC_CACHE_BYTES = 64 << 20
 # Sets of routes remembered as sharing no channel (or not), at most.
 _APART_ENTRIES = 1 << 16
+_UNSEEN = np.zeros(0, dtype=np.int64)  # a memo miss (None is a memoised answer: routes share a channel)
 
 
 @dataclass
@@ -212,6 +213,7 @@ class AllocationCache:
         every allocation with time to book is in the cache, for :meth:`flush_busy`.
         """
         per_route = np.bincount(rids)
+        routes = None
         if len(per_route) <= _DENSE_KEY_ROUTES:
             key = per_route.tobytes()
         else:
@@ -220,7 +222,10 @@ class AllocationCache:
         alloc = self._cache.get(key)
         if alloc is not None:
             return alloc
-        routes = per_route.nonzero()[0]
+        return self._miss(key, per_route, per_route.nonzero()[0] if routes is None else routes)
+
+    def _miss(self, key: bytes, per_route: IntArray, routes: IntArray) -> Allocation:
+        """:meth:`get` for a count vector not in the cache: fill (or split apart routes), keep."""
         table = self.routes
         apart = None if table.weights is not None else self._apart(routes)
         if apart is not None:  # no channel carries two of these routes: no filling to do
@@ -235,21 +240,23 @@ class AllocationCache:
         route_rate = np.zeros(len(per_route))
         route_rate[routes] = rate
         alloc = Allocation(key, route_rate, channels, shared)
-        if self._bytes + alloc.nbytes > _ALLOC_CACHE_BYTES:
+        size = alloc.nbytes
+        if self._bytes + size > _ALLOC_CACHE_BYTES:
             self.flush_busy()
             self._cache.clear()
             self._bytes = 0
             self.flushes += 1
         self._cache[key] = alloc
-        self._bytes += alloc.nbytes
+        self._bytes += size
         return alloc
 
     def _apart(self, routes: IntArray) -> IntArray | None:
         """The channels of ``routes`` (sorted) when no channel is on two of them, else None;
         memoised by the set of routes, which recurs far more often than the counts on them."""
         key = routes.tobytes()
-        if key in self._apart_by_routes:
-            return self._apart_by_routes[key]
+        found = self._apart_by_routes.get(key, _UNSEEN)
+        if found is not _UNSEEN:
+            return found
         pc = self.routes.channels[routes].ravel()
         pc = pc[pc < self.routes.num_channels]
         on = np.bincount(pc)

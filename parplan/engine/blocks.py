@@ -90,6 +90,9 @@ class FlowLog:
     ties: bool = False  # some absolute time the window used was a rounding tie (:meth:`sums`)
     sum_max_s: float = -math.inf  # the latest absolute time the window used
     tied: set[int] = field(default_factory=set)  # flows whose finish time, not yet read, was a tie
+    # The last finish times of every moving flow (tasks, a, b, s), not yet checked for ties: most
+    # are superseded by the next rate change before any is read, so they are checked when read.
+    pending: tuple[IntArray, float | FloatArray, FloatArray, FloatArray] | None = None
 
     # The arrays logged are fresh ones the engine does not write to again: kept, not copied.
     def add_bytes(self, rids: IntArray, values: FloatArray) -> None:
@@ -131,19 +134,32 @@ class FlowLog:
         matters only if the flow fires at it or it is read (:meth:`used`)."""
         if self.ties:
             return
-        tied = tasks[_ties(a, b, s)].tolist()
-        if every:
-            self.tied = set(tied)
+        if every:  # checked when first read (:meth:`used`): the same set, most never computed
+            self.tied = set()
+            self.pending = (tasks, a, b, s)
         else:
-            self.tied.update(tied)
+            self.tied.update(tasks[_ties(a, b, s)].tolist())
 
     def used(self, tasks: IntArray, finish_s: FloatArray) -> None:
         """The finish times ``finish_s`` of flows ``tasks`` are read (they fire, or are booked)."""
         if self.ties or not len(tasks):
             return
-        if self.tied and not self.tied.isdisjoint(tasks.tolist()):
+        pending_tie = self.pending is not None and self._pending_tie(tasks)
+        if pending_tie or (self.tied and not self.tied.isdisjoint(tasks.tolist())):
             self.ties = True
         self.sum_max_s = max(self.sum_max_s, float(np.max(finish_s)))
+
+    def _pending_tie(self, tasks: IntArray) -> bool:
+        """Whether a pending finish time of one of ``tasks`` was a tie (one task: a scalar check
+        of its entry, the same arithmetic; more: the whole pending set is checked and noted)."""
+        assert self.pending is not None
+        every, a, b, s = self.pending
+        if len(tasks) == 1 and isinstance(a, float):
+            hit = (every == tasks[0]).nonzero()[0]
+            return bool(len(hit)) and _tie(a, float(b[hit[0]]), float(s[hit[0]]))
+        self.pending = None
+        self.tied.update(every[_ties(a, b, s)].tolist())
+        return False
 
     def fired(self, last_fired_s: float, next_left_s: float, now: float) -> None:
         """Flows fired at ``now``, the last finishing at ``last_fired_s`` (within the tie
@@ -151,6 +167,15 @@ class FlowLog:
         self.fired_max_s = max(self.fired_max_s, last_fired_s - now)
         if next_left_s < math.inf:
             self.unfired_min_s = min(self.unfired_min_s, next_left_s - now)
+
+
+def _tie(a: float, b: float, s: float) -> bool:
+    """:func:`_ties` of one sum, in Python floats (the same IEEE operations)."""
+    bb = s - a
+    err = (a - (s - bb)) + (b - bb)
+    twice = 2.0 * abs(err)
+    ulp = math.ulp(abs(s))
+    return twice == ulp or (err < 0.0 and 2.0 * twice == ulp and math.frexp(s)[0] == 0.5)
 
 
 def _ties(a: float | FloatArray, b: float | FloatArray, s: FloatArray) -> npt.NDArray[np.bool_]:

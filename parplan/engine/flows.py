@@ -3,7 +3,8 @@
 A transfer issued at ``t`` waits its route's latency, then its bytes cross every channel of the
 route at one rate until the last byte is in. :class:`Flows` keeps the flows in reusable slots (a
 free slot has task -1, rate 0 and finish inf), so that a batch starting or ending is a few
-scatters, not a rebuild of every array, and runs them in one of two regimes:
+scatters, not a rebuild of every array; the flows hold the first slots (a release moves the last
+flows into the holes), so that the per-instant work reads slices. It runs them in one of two regimes:
 
 - *exclusive* (the common case in collectives): no two flows' active windows overlap on any
   channel, so each runs at its route's narrowest bandwidth and a batch's finish times follow in
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
     from parplan.engine.blocks import FlowLog
 
 
+_smallest = np.minimum.reduce
+"""An array's smallest value (``ndarray.min`` without its Python-level wrapper, run at most events)."""
+
+
 class Flows:
     """The run's flows. Flow ids are task ids; ``size_bytes[i]`` is flow ``i``'s size.
 
@@ -76,8 +81,7 @@ class Flows:
         self.s_rem = EMPTY_F
         self.s_rate = EMPTY_F
         self.s_finish = EMPTY_F
-        self.free_slots = EMPTY_I  # a stack; its first n_free entries are free
-        self.n_free = 0
+        self.n_live = 0  # flows hold slots 0 .. n_live - 1; the others are free
         self.next_finish = math.inf
         self.t_sync = 0.0
         self.exclusive = sharing
@@ -97,17 +101,22 @@ class Flows:
 
     def fire(self) -> None:
         """Flows whose last byte is in (ties within the kernel's horizon are grouped) arrive now."""
-        done = (self.s_finish <= horizon(self.kernel.now)).nonzero()[0]
+        now = self.kernel.now
+        done = (self.s_finish[: self.n_live] <= horizon(now)).nonzero()[0]
         tasks = self.s_task[done]
-        last_fired = 0.0
-        if self.log is not None and len(done):
-            self.log.used(tasks, self.s_finish[done])
-            last_fired = float(self.s_finish[done].max())
-        self._release(done)
-        if self.log is not None:  # recording a window (parplan.engine.replay): the tie margins
-            self.log.fired(last_fired, float(self.s_finish.min()), self.kernel.now)
+        log = self.log
+        if log is None:
+            self._release(done)
+        else:  # recording a window (parplan.engine.replay): the tie margins
+            last_fired = 0.0
+            if len(done):
+                finish = self.s_finish[done]
+                log.used(tasks, finish)
+                last_fired = float(finish.max())
+            self._release(done)
+            log.fired(last_fired, float(_smallest(self.s_finish)), now)
         if self.exclusive:
-            self.next_finish = float(self.s_finish.min())
+            self.next_finish = float(_smallest(self.s_finish))
         else:
             self.dirty = True
         self.on_arrive(tasks)
@@ -197,6 +206,15 @@ class Flows:
             if self.log is not None:
                 self.log.add_bytes(rids, sizes)
         # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
+        if len(tasks) == 1 and self.n_live < len(self.s_task):  # the next slot, as _take_slots(1) gives
+            i = self.n_live
+            self.n_live += 1
+            self.s_task[i] = tasks[0]
+            self.s_rid[i] = rids[0]
+            self.s_start[i] = now
+            self.s_rem[i] = sizes[0]
+            self.dirty = True
+            return
         slots = self._take_slots(len(tasks))
         if len(slots) == 1:
             i = int(slots[0])
@@ -269,7 +287,7 @@ class Flows:
         now = self.kernel.now
         self.exclusive = False
         self.dirty = True
-        live = self._by_task(np.flatnonzero(self.s_task >= 0))
+        live = self._by_task(np.arange(self.n_live))
         starts, finish, rids = self.s_start[live], self.s_finish[live], self.s_rid[live]
         if self.log is not None:
             self.log.used(self.s_task[live], finish)
@@ -320,35 +338,39 @@ class Flows:
         busy time up to now; back to the exclusive regime when no channel is shared any more."""
         self.dirty = False
         now = self.kernel.now
-        self._sync()
+        dt = now - self.t_sync  # _sync, inlined: this runs at most instants of a shared run
+        if dt > 0 and len(self.s_rem):
+            self.s_rem -= self.s_rate * dt
+        self.t_sync = now
         if self.alloc is not None:
             self.alloc.busy_s += now - self.t_used
             if self.log is not None:
                 self.log.add_alloc(self.alloc, now - self.t_used)
         self.t_used = now
-        live = (self.s_task >= 0).nonzero()[0]
-        if not len(live):
+        n = self.n_live  # the moving flows are slots 0 .. n - 1: slices, not gathers
+        if not n:
             self.next_finish = math.inf
             self.alloc = None
             if self.sharing:
-                self._leave_shared(live)
+                self._leave_shared(EMPTY_I)
             return
-        rids = self.s_rid[live]
+        rids = self.s_rid[:n]
         alloc = self.cache.get(rids)
-        rate = alloc.route_rate_Bps[rids]
-        if self.rate_cap_Bps is not None:
-            rate = np.minimum(rate, self.rate_cap_Bps.take(self.s_task[live]))
-        self.s_rate[live] = rate
-        left_s = self.s_rem[live] / rate
-        finish = now + left_s
-        self.s_finish[live] = finish
+        rate = self.s_rate[:n]
+        if self.rate_cap_Bps is None:
+            np.take(alloc.route_rate_Bps, rids, out=rate)
+        else:
+            rate[:] = np.minimum(alloc.route_rate_Bps[rids], self.rate_cap_Bps.take(self.s_task[:n]))
+        left_s = self.s_rem[:n] / rate
+        finish = self.s_finish[:n]
+        np.add(now, left_s, out=finish)
         if self.log is not None:
-            self.log.finishes(self.s_task[live], now, left_s, finish, every=True)
-        self.next_finish = float(self.s_finish.min())
+            self.log.finishes(self.s_task[:n].copy(), now, left_s, finish.copy(), every=True)
+        self.next_finish = float(_smallest(self.s_finish))
         if alloc.shared or not self.sharing:
             self.alloc = alloc
         else:
-            self._leave_shared(live)
+            self._leave_shared(np.arange(n))
 
     def _sync(self) -> None:
         """Bring remaining bytes up to now before rates change (free slots have rate 0)."""
@@ -368,38 +390,49 @@ class Flows:
         ordered: IntArray = slots[np.argsort(self.s_task[slots], kind="stable")]
         return ordered
 
-    def reset_slots(self, length: int, free_stack: IntArray) -> None:
-        """Every slot free, ``length`` of them, the free stack as given (a replayed window's end)."""
+    def reset_slots(self, length: int) -> None:
+        """Every slot free, ``length`` of them (a replayed window's end)."""
         self.s_task = np.full(length, -1, dtype=np.int64)
         self.s_rid = np.zeros(length, dtype=np.int64)
         self.s_start = np.zeros(length)
         self.s_rem = np.zeros(length)
         self.s_rate = np.zeros(length)
         self.s_finish = np.full(length, math.inf)
-        self.free_slots = np.array(free_stack, dtype=np.int64)
-        self.n_free = length
+        self.n_live = 0
 
     def _release(self, slots: IntArray) -> None:
-        if len(slots) == 1:  # scalar writes beat five fancy-index scatters
+        """Free ``slots``; the flows in the last slots move into the holes, so that the moving
+        flows stay slots 0 .. n_live - 1 (where a flow sits changes no figure: see :meth:`_by_task`)."""
+        old = self.n_live
+        new = self.n_live = old - len(slots)
+        columns = (self.s_task, self.s_rid, self.s_start, self.s_rem, self.s_rate, self.s_finish)
+        if len(slots) == 1:  # scalar moves beat the masks and scatters below
             i = int(slots[0])
-            self.s_task[i] = -1
-            self.s_rate[i] = 0.0
-            self.s_rem[i] = 0.0
-            self.s_finish[i] = math.inf
-            self.free_slots[self.n_free] = i
-            self.n_free += 1
+            if i != new:
+                for column in columns:
+                    column[i] = column[new]
+            self.s_task[new] = -1
+            self.s_rate[new] = 0.0
+            self.s_rem[new] = 0.0
+            self.s_finish[new] = math.inf
             return
-        self.s_task[slots] = -1
-        self.s_rate[slots] = 0.0
-        self.s_rem[slots] = 0.0
-        self.s_finish[slots] = math.inf
-        self.free_slots[self.n_free : self.n_free + len(slots)] = slots
-        self.n_free += len(slots)
+        if len(slots):
+            gone = np.zeros(old, dtype=bool)
+            gone[slots] = True
+            holes = np.flatnonzero(gone[:new])
+            movers = new + np.flatnonzero(~gone[new:])
+            for column in columns:
+                column[holes] = column[movers]
+        self.s_task[new:old] = -1
+        self.s_rate[new:old] = 0.0
+        self.s_rem[new:old] = 0.0
+        self.s_finish[new:old] = math.inf
 
     def _take_slots(self, k: int) -> IntArray:
-        """``k`` free flow slots (growing the slot arrays when needed)."""
-        if k > self.n_free:
-            old = len(self.s_task)
+        """``k`` free flow slots, the next ones after the moving flows' (growing the slot arrays
+        when needed)."""
+        old = len(self.s_task)
+        if self.n_live + k > old:
             new = max(2 * old, old + k, 64)
             grow = new - old
             self.s_task = np.concatenate([self.s_task, np.full(grow, -1, dtype=np.int64)])
@@ -408,11 +441,6 @@ class Flows:
             self.s_rem = np.concatenate([self.s_rem, np.zeros(grow)])
             self.s_rate = np.concatenate([self.s_rate, np.zeros(grow)])
             self.s_finish = np.concatenate([self.s_finish, np.full(grow, math.inf)])
-            stack = np.empty(new, dtype=np.int64)
-            stack[: self.n_free] = self.free_slots[: self.n_free]
-            stack[self.n_free : self.n_free + grow] = np.arange(new - 1, old - 1, -1)
-            self.free_slots = stack
-            self.n_free += grow
-        self.n_free -= k
-        slots: IntArray = self.free_slots[self.n_free : self.n_free + k]
-        return slots.copy()
+        slots = np.arange(self.n_live, self.n_live + k)
+        self.n_live += k
+        return slots

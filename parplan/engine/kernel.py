@@ -104,19 +104,20 @@ class Kernel:
     def run(self, handlers: Sequence[Handler], clock: Clock) -> None:
         """Advance instant by instant until neither the heap nor the clock has anything left."""
         heap = self.heap
+        next_instant, fire, pop = clock.next_instant, clock.fire, heapq.heappop
         while True:
-            t_clock = clock.next_instant()
-            t = min(heap[0][0] if heap else math.inf, t_clock)
+            t_clock = next_instant()
+            t = heap[0][0] if heap and heap[0][0] < t_clock else t_clock
             if self.watch is not None:
                 self.watch(t, t_clock)
             if t == math.inf:
                 return
             self.now = t
             self.num_events += 1
-            if t_clock <= horizon(t):
-                clock.fire()
+            if t_clock <= t + max(t * TIE_REL, TIE_ABS):  # horizon(t), inlined
+                fire()
             while heap and heap[0][0] <= t:
-                _, kind, _, payload = heapq.heappop(heap)
+                _, kind, _, payload = pop(heap)
                 handlers[kind](payload)
 
 

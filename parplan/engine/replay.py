@@ -99,7 +99,7 @@ class _Memo:
     span_s: float
     slots_in: bytes
     regime: tuple[bool, bool]
-    slots_out: tuple[int, IntArray]
+    slots_out: int  # the number of flow slots at the end (every one free)
     start_rel: FloatArray
     arrive_rel: FloatArray
     end_rel: FloatArray
@@ -307,7 +307,7 @@ class Replays:
             span_s=end - rec.t0,
             slots_in=rec.slots_in,
             regime=rec.regime_in,
-            slots_out=(len(flows.s_task), flows.free_slots[: flows.n_free].copy()),
+            slots_out=len(flows.s_task),
             start_rel=self.rec.start_s[lo:hi] - rec.t0,
             arrive_rel=self.rec.arrive_s[lo:hi] - rec.t0,
             end_rel=self.rec.end_s[lo:hi] - rec.t0,
@@ -413,8 +413,7 @@ class Replays:
             np.subtract.at(deps.remaining, memo.pre_succ + lo, 1)
         for rel, exits in memo.exits:
             self.kernel.push(t0 + rel, DONE, exits + lo)
-        length, stack = memo.slots_out
-        self.flows.reset_slots(length, stack)
+        self.flows.reset_slots(memo.slots_out)
         self._arm(memo, t0, blk)
         self.num_replayed += 1
 
@@ -435,11 +434,11 @@ class Replays:
     def _idle(self) -> bool:
         """No flow in the network nor waiting to start, nothing pending."""
         f = self.flows
-        return f.n_free == len(f.s_task) and not f.dirty and f.pending_starts == 0 and f.alloc is None
+        return f.n_live == 0 and not f.dirty and f.pending_starts == 0 and f.alloc is None
 
     def _slot_state(self) -> bytes:
         f = self.flows
-        return len(f.s_task).to_bytes(8, "little") + f.free_slots[: f.n_free].tobytes()
+        return len(f.s_task).to_bytes(8, "little")  # idle: every slot free, the layout is the length
 
 
 def _same_binade(a: float, b: float) -> bool:

@@ -238,7 +238,18 @@ class _Engine:
         so that readiness ties on a stream go by task id."""
         now = self.kernel.now
         kind = self.tasks.kind
-        self.rec.start_s[ready] = now
+        if len(ready) == 1:  # the usual batch of a shared run: scalar reads, no cascade to sort
+            task = int(ready[0])
+            self.rec.start_s[task] = now
+            k = kind[task]
+            if k == TRANSFER:
+                self._issue_transfers(ready)
+                return
+            if k == COMPUTE:
+                self.compute.submit(ready)
+                return
+        else:
+            self.rec.start_s[ready] = now
         kinds = kind[ready]
         lo, hi = min_max(kinds)
         if lo == hi and lo != MARKER:  # the common case: no cascade
@@ -289,6 +300,12 @@ class _Engine:
         self.rec.arrive_s[tasks] = self.kernel.now
         if self.replays is not None:
             self.replays.arrived(tasks)
+        if len(tasks) == 1:  # one flow (the usual batch): a scalar read
+            if self.tasks.reduce[int(tasks[0])]:
+                self.reduction.submit(tasks)
+            else:
+                self._complete(tasks)
+            return
         red = self.tasks.reduce[tasks]
         num_red = np.count_nonzero(red)
         if not num_red:

@@ -218,7 +218,7 @@ class Dependencies:
             out = []
             for task in tasks.tolist():
                 for nxt in succ_idx[succ_off[task] : succ_off[task + 1]].tolist():
-                    left = remaining[nxt] - 1
+                    left = remaining.item(nxt) - 1  # a Python int: cheaper than numpy scalar arithmetic
                     remaining[nxt] = left
                     if left == 0:
                         out.append(nxt)

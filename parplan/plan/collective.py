@@ -155,9 +155,12 @@ def lower_schedule(
         columns["lane"] = lanes
     builder.add_block(columns, offsets, flat)
 
-    done_counts, done_flat = _done_edges(schedule, first)
-    rank_done = _add_markers(builder, done_counts, done_flat, builder.label_id(f"{base_label}:rank done"))
-    done = builder.marker(list(rank_done), label=f"{base_label}:done")
+    done_counts, done_flat = _done_edges(schedule, first)  # rank done markers, then the done marker
+    labels = np.repeat(
+        [builder.label_id(f"{base_label}:rank done"), builder.label_id(f"{base_label}:done")], [p, 1]
+    )
+    done_flat = np.concatenate([done_flat, np.arange(builder.num_tasks, builder.num_tasks + p)])
+    *rank_done, done = _add_markers(builder, np.append(done_counts, p), done_flat, labels)
     return CollectiveTasks(
         first_task=first, num_steps=n, rank_ready=rank_ready, rank_done=tuple(rank_done), done=done
     )
@@ -350,10 +353,10 @@ def _outside_edges(
     says, or without ``rank_deps`` the collective-wide ``deps`` on the steps with no dependency."""
     n = schedule.num_steps
     if rank_deps is not None:
-        rank_ready = tuple(
-            builder.marker([*deps, *rank_deps[r]], label=f"{base_label}:rank{r} ready")
-            for r in range(schedule.num_ranks)
-        )
+        labels = np.array([builder.label_id(f"{base_label}:rank{r} ready") for r in range(len(rank_deps))])
+        waits = [[*deps, *r_deps] for r_deps in rank_deps]
+        flat_waits = np.fromiter((d for w in waits for d in w), dtype=np.int64)
+        rank_ready = tuple(_add_markers(builder, np.array([len(w) for w in waits]), flat_waits, labels))
         counts, flat = _ready_edges(schedule, np.asarray(rank_ready, dtype=np.int64))
         return rank_ready, counts, flat
     counts = np.zeros(n, dtype=np.int64)
@@ -416,8 +419,9 @@ def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
     return rank_counts, grouped
 
 
-def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, label_id: int) -> list[int]:
-    """Append one marker per entry of ``counts`` with the given CSR deps; returns their ids."""
+def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, labels: IntArray) -> list[int]:
+    """Append one marker per entry of ``counts`` with the given CSR deps and label ids, as one
+    block (cheaper than a builder row each); returns their ids."""
     m = len(counts)
     offsets = np.zeros(m + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -425,7 +429,7 @@ def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, la
         {
             "kind": constant(m, MARKER, np.int8),
             "category": constant(m, builder.category_id("marker"), np.int32),
-            "label": constant(m, label_id, np.int32),
+            "label": labels.astype(np.int32),
         },
         offsets,
         flat,

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parplan.engine.flows import Flows
 from parplan.engine.kernel import DONE, Kernel
@@ -119,3 +121,39 @@ def test_flows_issued_during_sharing_wait_their_latency() -> None:
     arrive = h.run([0.0, 0.0, 1.0])
     assert arrive[:2] == pytest.approx([2.5, 2.5])
     assert arrive[2] == pytest.approx(2.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    flows=st.lists(
+        st.tuples(
+            st.integers(0, 3), st.integers(0, 3), st.sampled_from([0.0, 0.5, 1.0, 2.0]), st.floats(0.1, 3.0)
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_the_moving_flows_hold_the_first_slots(flows: list[tuple[int, int, float, float]]) -> None:
+    """Whatever arrives when, the flows still in the network hold slots 0 .. n_live - 1 and every
+    slot after them is free (task -1, rate 0, nothing left, finish inf): the shared regime reads
+    the moving flows as slices. Every flow arrives once, none before its bytes can have moved."""
+    flows = [(s, d if d != s else (s + 1) % 4, t, size) for s, d, t, size in flows]
+    net = switch_network(4, bandwidth_Bps=1 * GB, latency_s=0.25)
+    h = Harness(net, [s for s, _, _, _ in flows], [d for _, d, _, _ in flows], [x * GB for *_, x in flows])
+    seen: list[int] = []
+    arrive = h._arrive
+
+    def check(tasks: np.ndarray) -> None:
+        f = h.flows
+        n = f.n_live
+        assert (f.s_task[:n] >= 0).all() and (f.s_task[n:] == -1).all()
+        assert (f.s_rate[n:] == 0).all() and (f.s_rem[n:] == 0).all() and np.isinf(f.s_finish[n:]).all()
+        assert not set(f.s_task[:n].tolist()) & set(tasks.tolist())
+        seen.extend(tasks.tolist())
+        arrive(tasks)
+
+    h.flows.on_arrive = check
+    times = h.run([t for _, _, t, _ in flows])
+    assert sorted(seen) == list(range(len(flows)))
+    for (_, _, t, size), at in zip(flows, times, strict=True):
+        assert at >= t + 0.5 + size - 1e-9  # two hops of latency, then at most 1 GB/s

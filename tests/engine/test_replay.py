@@ -10,17 +10,20 @@ and link sharing off.
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from parplan.api.evaluate import build_context
 from parplan.api.knobs import apply_overrides
 from parplan.config.cluster import TransportSpec
 from parplan.config.loader import load_scenario
-from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, FlowLog, find_blocks
+from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, FlowLog, _tie, _ties, find_blocks
 from parplan.engine.replay import FULL_SIMULATION_ENV, NO_REPLAY_ENV
 from parplan.engine.result import SimResult
 from parplan.engine.simulate import simulate
@@ -222,3 +225,39 @@ def test_ties_at_a_power_of_two() -> None:
         log.sums(2.0, b, 2.0 + b)
         arrays.sums(np.array([2.0]), np.array([b]), np.array([2.0 + b]))
         assert log.ties == arrays.ties == tie, b
+
+
+@given(
+    a=st.floats(1e-6, 1e3),
+    b=st.floats(0.0, 1e-2),
+    ulps=st.integers(-3, 3),
+)
+def test_the_scalar_tie_check_equals_the_array_one(a: float, b: float, ulps: int) -> None:
+    """A pending finish time read alone is checked in Python floats (``_tie``): the same answer as
+    the array check, on sums rounded as the engine rounds them and on sums nudged off by a few ulps."""
+    s = a + b
+    for _ in range(abs(ulps)):
+        s = math.nextafter(s, math.inf if ulps > 0 else -math.inf)
+    assert _tie(a, b, s) == bool(_ties(a, np.array([b]), np.array([s]))[0])
+    for a2, b2 in ((1.0, 2.0**-53), (2.0, -(2.0**-53)), (2.0, 2.0**-52), (1.0, 3 * 2.0**-54)):
+        assert _tie(a2, b2, a2 + b2) == bool(_ties(a2, np.array([b2]), np.array([a2 + b2]))[0])
+
+
+def test_pending_ties_read_one_or_many_at_a_time() -> None:
+    """Finish times noted for every moving flow are checked when read: one flow by a scalar
+    check, several by the whole set; a later note for every flow replaces them unread."""
+    tasks = np.array([7, 8])
+    times = 1.0 + np.array([2.0**-53, 2.0**-10])
+    many = FlowLog()
+    many.finishes(tasks, 1.0, np.array([2.0**-53, 2.0**-10]), times, every=True)
+    many.used(np.array([8, 9]), np.array([1.0 + 2.0**-10, 1.5]))
+    assert not many.ties and many.tied == {7}
+    many.used(np.array([7]), np.array([1.0]))
+    assert many.ties
+    replaced = FlowLog()
+    replaced.finishes(tasks, 1.0, np.array([2.0**-53, 2.0**-10]), times, every=True)
+    replaced.finishes(
+        tasks, 1.0, np.array([2.0**-10, 2.0**-9]), 1.0 + np.array([2.0**-10, 2.0**-9]), every=True
+    )
+    replaced.used(tasks, np.array([1.5, 1.5]))
+    assert not replaced.ties

@@ -55,6 +55,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from parplan.collectives.algorithm import AlgorithmSpecBase
 from parplan.collectives.schedule import Schedule
 from parplan.config.strategy import DataParallelStrategy
@@ -74,7 +76,7 @@ from parplan.plan.strategies.model_parallel import (
     tied_params,
 )
 from parplan.runtime.batching import speed_shares
-from parplan.taskgraph import TaskGraphBuilder
+from parplan.taskgraph import COMPUTE, TaskGraphBuilder, constant
 
 if TYPE_CHECKING:
     from parplan.plan.collective import CollectiveRun
@@ -244,6 +246,30 @@ def _replica_devices(ctx: PlanContext, strategy: DataParallelStrategy) -> list[s
     return [d for (d,) in strategy.replica_devices(ctx.network.devices)]
 
 
+def _forward_backward(
+    b: TaskGraphBuilder, ctx: PlanContext, device: str, order: Sequence[str], shard: int
+) -> int:
+    """One replica's forward of the whole model, then backward node by node in reverse model
+    order, each after the one before, appended as one block; returns the forward task's id."""
+    seconds = [forward_seconds(ctx, device, order, shard)]
+    seconds.extend(backward_seconds(ctx, device, (node,), shard) for node in reversed(order))
+    categories = [b.category_id("forward"), b.category_id("backward")]
+    labels = [b.label_id("forward"), *(b.label_id(f"bwd {node}") for node in reversed(order))]
+    n = len(seconds)
+    first = b.num_tasks
+    return b.add_block(
+        {
+            "kind": constant(n, COMPUTE, np.int8),
+            "device": constant(n, b.device_id(device), np.int32),
+            "seconds": np.array(seconds, dtype=np.float64),
+            "category": np.repeat(np.array(categories, dtype=np.int32), [1, n - 1]),
+            "label": np.array(labels, dtype=np.int32),
+        },
+        np.concatenate([[0], np.arange(n, dtype=np.int64)]),
+        np.arange(first, first + n - 1, dtype=np.int64),
+    )
+
+
 def expand(ctx: PlanContext, strategy: DataParallelStrategy) -> PlanWork:
     """One data-parallel step (or a 2-D step when ``strategy.replica`` is set)."""
     if strategy.replica is not None:
@@ -258,14 +284,9 @@ def expand(ctx: PlanContext, strategy: DataParallelStrategy) -> PlanWork:
     bwd_task: list[dict[str, int]] = []
     last_bwd: list[int] = []
     for d, shard in zip(devices, shards, strict=True):
-        prev = b.compute(d, forward_seconds(ctx, d, order, shard), category="forward", label="forward")
-        per_node: dict[str, int] = {}
-        for node in reversed(order):
-            prev = per_node[node] = b.compute(
-                d, backward_seconds(ctx, d, (node,), shard), [prev], category="backward", label=f"bwd {node}"
-            )
-        bwd_task.append(per_node)
-        last_bwd.append(prev)
+        first = _forward_backward(b, ctx, d, order, shard)
+        bwd_task.append({node: first + 1 + i for i, node in enumerate(reversed(order))})
+        last_bwd.append(first + len(order))
     buckets = gradient_buckets(ctx, order, agg.bucket_size_bytes) if n > 1 else ()
     ready = [
         [[bwd_task[r][bk.nodes[-1]]] if agg.overlap else [last_bwd[r]] for r in range(n)] for bk in buckets
