@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 from parplan.collectives.auto import AutoAlgorithm, AutoChoice
@@ -32,11 +31,11 @@ Params = tuple[float, float, float, bool, float | None, float | None]
 """A group's (alpha, beta, gamma, shared port, intra alpha, intra beta) for the closed forms."""
 
 _MISSING: Any = object()
-_NETWORK_CACHE: weakref.WeakKeyDictionary[Network, tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per network: each group's (alpha, beta, gamma, shared port), NCCL system and ranks by node,
-kept for the next plan evaluated on the same cluster (a sweep evaluates many)."""
+_NETWORK_CACHE: weakref.WeakKeyDictionary[Network, tuple[dict[Any, Any], ...]] = weakref.WeakKeyDictionary()
+"""Per network: each group's (alpha, beta, gamma, shared port), NCCL system and ranks by node, each
+call's closed-form seconds (:func:`_closed_form`) and NCCL's ``auto`` picks (:func:`_auto_choice`),
+kept for the next plan evaluated on the same cluster (a sweep evaluates many) and gone with it (a
+new cluster, even an equal one, starts cold)."""
 _AUTO = AutoAlgorithm(name="auto")
 _SYMMETRY: weakref.WeakKeyDictionary[Network, tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None] = (
     weakref.WeakKeyDictionary()
@@ -128,7 +127,6 @@ def _uses_groups(spec: Any, collective: str) -> bool:
     return bool(get(spec.name, collective).uses_groups(spec))
 
 
-@lru_cache(maxsize=4096)
 def _closed_form(
     spec: Any,
     collective: str,
@@ -138,15 +136,17 @@ def _closed_form(
     transport: Any,
     params: Params,
     groups: tuple[tuple[int, ...], ...] | None,
+    choices: dict[Any, AutoChoice],
 ) -> float:
-    """One call's seconds (module docstring). Cached: congruent groups of a mesh share every
+    """One call's seconds (module docstring); ``choices``: the network's memo of ``auto``'s picks.
+    Memoised per network by :meth:`GroupClock._nccl`: congruent groups of a mesh share every
     argument."""
     from parplan.collectives.algorithm import UniformCost
     from parplan.collectives.registry import get
     from parplan.plan.collective import resolve_run
 
     if isinstance(spec, AutoAlgorithm) and system is not None:
-        choice = _auto_choice(spec, collective, size_bytes, system)
+        choice = _auto_choice(spec, collective, size_bytes, system, choices)
         if choice.nccl is not None:
             return choice.nccl.time_us * 1e-6 + float(transport.call_latency_s)
     run = resolve_run(spec, size_bytes, system, transport, collective=collective)
@@ -183,23 +183,27 @@ def _closed_form(
     return float(algorithm.time_s(run.spec, p, size_bytes, cost, groups)) + run.call_overhead_s
 
 
-@lru_cache(maxsize=4096)
-def _nccl_channels(collective: str, size_bytes: float, system: Any) -> int:
+def _nccl_channels(collective: str, size_bytes: float, system: Any, choices: dict[Any, AutoChoice]) -> int:
     """The channels NCCL's ``auto`` pick launches for one call (its runtime channels), 0 when its
-    model does not cover the call. Cached like :func:`_closed_form`."""
-    choice = _auto_choice(_AUTO, collective, size_bytes, system)
+    model does not cover the call."""
+    choice = _auto_choice(_AUTO, collective, size_bytes, system, choices)
     return choice.nccl.channels if choice.nccl is not None else 0
 
 
-@lru_cache(maxsize=4096)
-def _auto_choice(spec: AutoAlgorithm, collective: str, size_bytes: float, system: Any) -> AutoChoice:
-    """What ``auto`` picks for one call on ``system``: cached apart from :func:`_closed_form` and
-    :func:`_nccl_channels`, which both ask it for ``auto``'s default spec (a call's time and its
-    channels: one pick, not two)."""
-    from parplan.collectives.auto_collectives import choose_for
-    from parplan.collectives.registry import algorithms
+def _auto_choice(
+    spec: AutoAlgorithm, collective: str, size_bytes: float, system: Any, choices: dict[Any, AutoChoice]
+) -> AutoChoice:
+    """What ``auto`` picks for one call on ``system``, memoised in ``choices`` (the network's):
+    apart from :func:`_closed_form`, since it and :func:`_nccl_channels` both ask it for
+    ``auto``'s default spec (a call's time and its channels: one pick, not two)."""
+    key = (spec, collective, size_bytes, system)
+    found = choices.get(key)
+    if found is None:
+        from parplan.collectives.auto_collectives import choose_for
+        from parplan.collectives.registry import algorithms
 
-    return choose_for(spec, system, size_bytes, algorithms(collective), collective)
+        found = choices[key] = choose_for(spec, system, size_bytes, algorithms(collective), collective)
+    return found
 
 
 class GroupClock:
@@ -209,10 +213,12 @@ class GroupClock:
 
     def __init__(self, network: Network, *, share_congruent: bool = False) -> None:
         self.network = network
-        cache = _NETWORK_CACHE.setdefault(network, ({}, {}, {}))
+        cache = _NETWORK_CACHE.setdefault(network, ({}, {}, {}, {}, {}))
         self._params: dict[tuple[str, ...], Params] = cache[0]
         self._systems: dict[tuple[str, ...], Any] = cache[1]
         self._groups_by_node: dict[tuple[str, ...], tuple[tuple[int, ...], ...]] = cache[2]
+        self._forms: dict[tuple[Any, ...], float] = cache[3]
+        self._choices: dict[tuple[Any, ...], AutoChoice] = cache[4]
         self._symmetry: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
         self._canonical: dict[tuple[str, ...], tuple[str, ...]] = {}
         if share_congruent:
@@ -338,7 +344,11 @@ class GroupClock:
         found = cache.get(key)
         if found is None:
             system = self._system(devices)
-            found = 0 if system is None else _nccl_channels(call.collective, call.size_bytes, system)
+            found = (
+                0
+                if system is None
+                else _nccl_channels(call.collective, call.size_bytes, system, self._choices)
+            )
             cache[key] = found
         return found
 
@@ -356,7 +366,7 @@ class GroupClock:
         if call.collective == "all_reduce" and call.axis in ("dp", "dp_cp", "edp", "dp_replicate"):
             spec = algorithm
         groups = self._node_groups(devices) if len(self._node_groups(devices)) > 1 else None
-        return _closed_form(
+        key = (
             spec,
             call.collective,
             len(devices),
@@ -366,6 +376,10 @@ class GroupClock:
             params,
             groups,
         )
+        found = self._forms.get(key)
+        if found is None:
+            found = self._forms[key] = _closed_form(*key, self._choices)
+        return found
 
 
 class CollectiveClock:

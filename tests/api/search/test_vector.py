@@ -229,3 +229,25 @@ def test_network_setup_first_changes_no_figure() -> None:
     first, second = evaluate_candidates(fresh, search, table), evaluate_candidates(ctx, search, table)
     for f in fields(first):
         assert np.array_equal(getattr(first, f.name), getattr(second, f.name)), f.name
+
+
+def test_clock_memos_live_with_their_network_and_a_warm_evaluation_equals_a_cold_one() -> None:
+    """The clock's closed forms and NCCL picks are memoised per network (not per process): a
+    context built again starts cold, and an evaluation on warm memos equals the cold one bit
+    for bit."""
+    from parplan.api.evaluate import build_context
+    from parplan.plan.sharded import clock
+
+    scenario, _ = sample("llama3-70b-64xh100")
+    fresh = build_context(scenario)
+    assert fresh.network not in clock._NETWORK_CACHE
+    search = _search("llama3-70b-64xh100")
+    table, _ = enumerate_space(fresh, search)
+    cold = evaluate_candidates(fresh, search, table)
+    forms, choices = clock._NETWORK_CACHE[fresh.network][3:5]
+    assert forms and choices
+    assert build_context(scenario).network not in clock._NETWORK_CACHE
+    warm = evaluate_candidates(fresh, search, table)
+    for f in fields(cold):
+        assert np.array_equal(getattr(cold, f.name), getattr(warm, f.name)), f.name
+        assert getattr(cold, f.name).tobytes() == getattr(warm, f.name).tobytes(), f.name
