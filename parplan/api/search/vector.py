@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parplan.api.search.chunks import ChunkBuilder, Meshes, Micro, applies, group_of
+from parplan.api.search.chunks import Micro, applies, group_of
+from parplan.api.search.memo import builders
 from parplan.api.search.space import FSDP_MODES, RECOMPUTE_MODES, CandidateTable, _algorithms
-from parplan.api.search.stages import Sync, SyncBuilder
+from parplan.api.search.stages import Sync
 from parplan.api.sharded_analytic import (
     StageMicro,
     StageSync,
@@ -42,7 +43,7 @@ from parplan.api.sharded_analytic import (
     assemble_step,
     stage_micro,
 )
-from parplan.plan.sharded.clock import CollectiveClock, GroupClock, node_symmetry
+from parplan.plan.sharded.clock import CollectiveClock, node_symmetry
 from parplan.plan.sharded.costs import CommCall, layout_plan, relayout_sync
 from parplan.plan.sharded.memory import (
     FRAGMENTATION_FRACTION,
@@ -239,10 +240,8 @@ class _Evaluator:
         self.ctx, self.search, self.table = ctx, search, table
         self.times: dict[tuple[Any, ...], float] = {}
         shape = self.shape = transformer_shape(ctx)
-        clock = GroupClock(ctx.network, share_congruent=True)
-        self.chunks = ChunkBuilder(ctx, shape, clock)
-        self.meshes = Meshes(ctx.network)
-        self.stages = SyncBuilder(ctx, shape, clock, self.meshes)
+        kept = builders(ctx, search, shape)
+        self.chunks, self.stages, self.meshes = kept.chunks, kept.stages, kept.meshes
         tokens = float(ctx.training.global_batch_size * shape.sequence_length)
         self.flops = float(model_flops_per_token(shape)) * tokens
         device = ctx.network.device(ctx.network.devices[0])
