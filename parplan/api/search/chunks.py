@@ -30,7 +30,7 @@ import numpy as np
 
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.compute import comm_compute_share
-from parplan.plan.sharded.blocks import bus_bytes, chunk_calls
+from parplan.plan.sharded.blocks import Roofline, bus_bytes, chunk_calls
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import block_figures, block_memory_share, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
@@ -223,6 +223,7 @@ class ChunkBuilder:
         self._palettes: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
         self._all_comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._memory: dict[tuple[Any, ...], float] = {}
+        self._roofs: dict[tuple[Any, ...], Roofline] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -250,7 +251,16 @@ class ChunkBuilder:
         key = self._key(s, mesh, info)
         found = self._memory.get(key)
         if found is None:
-            found = self._memory[key] = block_memory_share(self.ctx, s, mesh, info)
+            roof = self._roofline(key, s, info)
+            found = self._memory[key] = block_memory_share(self.ctx, s, mesh, info, roof=roof)
+        return found
+
+    def _roofline(self, key: tuple[Any, ...], s: ShardedStrategy, info: DeviceInfo) -> Roofline:
+        """The :class:`~parplan.plan.sharded.blocks.Roofline` of block key ``key``: the block's
+        figures and its memory-bound share read one (it works the block's ops out once)."""
+        found = self._roofs.get(key)
+        if found is None:
+            found = self._roofs[key] = Roofline(self.ctx, s, self.shape, info)
         return found
 
     def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
@@ -290,7 +300,7 @@ class ChunkBuilder:
                 head_unit(self.shape, s),
             )
             found = self._blocks[key] = (
-                block_figures(self.ctx, s, mesh, info),
+                block_figures(self.ctx, s, mesh, info, roof=self._roofline(key, s, info)),
                 chunk_calls(s, self.shape, mesh.ep),
                 tuple(u.dense + u.expert for u in units),
                 (held, working),
