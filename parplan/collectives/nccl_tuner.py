@@ -393,6 +393,18 @@ def algo_time_us(
         if n_channels < 1:
             raise CollectiveError(f"n_channels must be >= 1, got {n_channels}")
         graph = dataclasses.replace(graph, n_channels=n_channels)
+    return _time_us(system, collective, algorithm, protocol, n_bytes, graph)
+
+
+def _time_us(
+    system: NcclSystem,
+    collective: Collective,
+    algorithm: Algorithm,
+    protocol: Protocol,
+    n_bytes: int,
+    graph: GraphBandwidths,
+) -> float:
+    """:func:`algo_time_us` of an entry known to be available, on ``graph``."""
     bw = algorithm_bandwidth_GBps(system, collective, algorithm, protocol, graph)
     lat = latency_us(system, collective, algorithm, protocol)
     log_size = _log2_floor(n_bytes >> 6)
@@ -459,13 +471,15 @@ def select(
     allowed_protos = parse_restriction(protocols, PROTOCOLS, "protocol")
     table: list[NcclCandidate] = []
     for algorithm in ALGORITHMS:
+        graph = graph_bandwidths(system, algorithm)
         for protocol in PROTOCOLS:
             reason = unavailable_reason(system, collective, algorithm, protocol)
             if not reason and algorithm not in allowed_algos:
                 reason = "disabled by the algorithm restriction (NCCL_ALGO)"
             if not reason and protocol not in allowed_protos:
                 reason = "disabled by the protocol restriction (NCCL_PROTO)"
-            time = None if reason else algo_time_us(system, collective, algorithm, protocol, n_bytes)
+            # available: algo_time_us's figure, without its second availability check
+            time = None if reason else _time_us(system, collective, algorithm, protocol, n_bytes, graph)
             table.append(NcclCandidate(algorithm, protocol, time, reason))
     best: NcclCandidate | None = None
     for candidate in table:  # strict <: ties go to the earlier entry, as in NCCL's scan
