@@ -18,7 +18,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from parplan.api.search.chunks import ChunkBuilder, Meshes
+from parplan.api.search.chunks import ChunkBuilder
+from parplan.api.search.meshes import Meshes
 from parplan.api.search.stages import SyncBuilder
 from parplan.plan.sharded.clock import GroupClock
 
@@ -58,7 +59,7 @@ def builders(ctx: PlanContext, search: SearchSpec, shape: TransformerShape) -> B
         clock = GroupClock(ctx.network, share_congruent=True)
         meshes = Meshes(ctx.network)
         found = store[key] = Builders(
-            ChunkBuilder(ctx, shape, clock), SyncBuilder(ctx, shape, clock, meshes), meshes
+            ChunkBuilder(ctx, shape, clock, meshes), SyncBuilder(ctx, shape, clock, meshes), meshes
         )
     return found.bind(ctx)
 

@@ -14,7 +14,7 @@ state). Per structure the micro-batch keys' figures come from per-block figures 
 (:mod:`~parplan.api.search.stages`), both without laying a plan out and both equal to the layout
 path's bit for bit; then every candidate of the structure is assembled from them with numpy. Memory
 follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term. Structures the array path
-does not cover (:func:`~parplan.api.search.chunks.applies`: blocks of two kinds, mixed devices)
+does not cover (:func:`~parplan.api.search.meshes.applies`: blocks of two kinds, mixed devices)
 take the layout path: per micro-batch key one :func:`~parplan.plan.sharded.costs.layout_plan`,
 per sync key one :func:`~parplan.plan.sharded.costs.relayout_sync`, timed by a
 :class:`~parplan.plan.sharded.clock.CollectiveClock` sharing congruent groups.
@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parplan.api.search.chunks import Micro, applies, group_of
+from parplan.api.search.chunks import Micro
 from parplan.api.search.memo import builders
+from parplan.api.search.meshes import applies, group_of
 from parplan.api.search.space import FSDP_MODES, RECOMPUTE_MODES, CandidateTable, _algorithms
 from parplan.api.search.stages import Sync
 from parplan.api.sharded_analytic import (
@@ -43,7 +44,7 @@ from parplan.api.sharded_analytic import (
     assemble_step,
     stage_micro,
 )
-from parplan.plan.sharded.clock import CollectiveClock, node_symmetry
+from parplan.plan.sharded.clock import CollectiveClock
 from parplan.plan.sharded.costs import CommCall, layout_plan, relayout_sync
 from parplan.plan.sharded.memory import (
     FRAGMENTATION_FRACTION,
@@ -51,6 +52,7 @@ from parplan.plan.sharded.memory import (
     stage_memory,
     sync_buffers,
 )
+from parplan.plan.sharded.symmetry import node_symmetry
 
 if TYPE_CHECKING:
     from parplan.config.search import SearchSpec

@@ -25,6 +25,7 @@ from parplan.plan.base import PlanContext
 from parplan.plan.sharded.blocks import bus_bytes
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
+from parplan.plan.sharded.symmetry import node_symmetry, regular_node_size
 from parplan.topology.network import DeviceInfo, Network
 
 Params = tuple[float, float, float, bool, float | None, float | None]
@@ -37,16 +38,14 @@ call's closed-form seconds (:func:`_closed_form`) and NCCL's ``auto`` picks (:fu
 kept for the next plan evaluated on the same cluster (a sweep evaluates many) and gone with it (a
 new cluster, even an equal one, starts cold)."""
 _AUTO = AutoAlgorithm(name="auto")
-_SYMMETRY: weakref.WeakKeyDictionary[Network, tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per network: its nodes and each device's (node index, name inside the node) when every node is
-wired alike (:func:`node_symmetry`), else None."""
 _CANONICAL: weakref.WeakKeyDictionary[Network, dict[tuple[str, ...], tuple[str, ...]]] = (
     weakref.WeakKeyDictionary()
 )
 """Per network: groups and their congruent copies on the first nodes."""
-_EDGE_NAMES = ("channel", "channel_name")
+_RUNS: weakref.WeakKeyDictionary[Network, dict[tuple[int, int, int], tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per network: the copies on the first nodes of runs of devices (:meth:`GroupClock.canonical_run`)."""
 _CHANNELS: weakref.WeakKeyDictionary[Network, dict[tuple[str, float, tuple[str, ...]], int]] = (
     weakref.WeakKeyDictionary()
 )
@@ -67,57 +66,6 @@ class _Hashed(tuple):  # type: ignore[type-arg]
 
     def __hash__(self) -> int:
         return self._hash
-
-
-def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
-    """The nodes and each device's (node index, element name) when exchanging any two nodes maps
-    the network onto itself: every element of a node is named ``NODE.NAME``, every node holds the
-    same elements with the same attributes and links, and links leave a node only to elements of
-    no node (NICs to the same rail or leaf switches, with the same attributes). Then a group's
-    figures depend only on which of its ranks share a node and at which position: a search keys
-    them on that. None when nodes differ (a fat tree's leaves, a torus, mixed nodes)."""
-    if network in _SYMMETRY:
-        return _SYMMETRY[network]
-    graph = network.graph
-    nodes = tuple(dict.fromkeys(str(graph.nodes[d].get("group") or "") for d in network.devices))
-    found: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
-    if "" not in nodes and len(nodes) > 1:
-        index = {n: k for k, n in enumerate(nodes)}
-        owners: dict[Any, tuple[int, str] | None] = {}  # each element's (node index, name in node)
-        elements: list[dict[str, dict[str, Any]]] = [{} for _ in nodes]  # name in node -> attributes
-        for name, attrs in graph.nodes(data=True):
-            head, _, tail = str(name).partition(".")
-            k = index.get(head)
-            where = owners[name] = None if k is None or not tail else (k, tail)
-            if where is not None:
-                kept = dict(attrs)
-                kept.pop("group", None)
-                elements[where[0]][where[1]] = kept
-        links: list[dict[tuple[Any, Any], dict[str, Any]]] = [{} for _ in nodes]  # (from, to) -> attributes
-        ok = True
-        for u, v, attrs in graph.edges(data=True):
-            a, b = owners[u], owners[v]
-            if a is None and b is None:
-                continue
-            kept = dict(attrs)
-            for key in _EDGE_NAMES:
-                kept.pop(key, None)
-            if a is not None:
-                if b is not None and a[0] != b[0]:
-                    ok = False  # nodes linked directly: not every permutation keeps the links
-                    break
-                links[a[0]][(a[1], b[1] if b is not None else ("", str(v)))] = kept
-            elif b is not None:
-                links[b[0]][(("", str(u)), b[1])] = kept
-        # the same elements and links, with the same attributes, on every node (names are unique
-        # in a node and a link's ends in the graph, so equal dicts are equal multisets)
-        ok = ok and all(e == elements[0] for e in elements[1:]) and all(k == links[0] for k in links[1:])
-        if ok:
-            devices = {d: owners[d] for d in network.devices}
-            if all(w is not None for w in devices.values()):
-                found = (nodes, {d: w for d, w in devices.items() if w is not None})
-    _SYMMETRY[network] = found
-    return found
 
 
 def _uses_groups(spec: Any, collective: str) -> bool:
@@ -221,9 +169,13 @@ class GroupClock:
         self._choices: dict[tuple[Any, ...], AutoChoice] = cache[4]
         self._symmetry: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
         self._canonical: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._node_size: int | None = None
+        self._runs: dict[tuple[int, int, int], tuple[str, ...]] = {}
         if share_congruent:
             self._symmetry = node_symmetry(network)
             self._canonical = _CANONICAL.setdefault(network, {})
+            self._node_size = regular_node_size(network)
+            self._runs = _RUNS.setdefault(network, {})
 
     def canonical(self, devices: tuple[str, ...]) -> tuple[str, ...]:
         """``devices`` moved to the first nodes in order of appearance, positions kept, when the
@@ -243,6 +195,25 @@ class GroupClock:
             found = self._canonical[devices] = _Hashed(out)
             self._canonical.setdefault(found, found)  # a canonical group is its own (idempotent)
         return found
+
+    def canonical_run(self, start: int, stride: int, count: int) -> tuple[str, ...]:
+        """:meth:`canonical` of the network's devices ``start, start + stride, ...`` (``count`` of
+        them, by index in its order), memoised on ``(start % g, stride, count)`` when the devices
+        are numbered node by node alike (:func:`~parplan.plan.sharded.symmetry.regular_node_size`,
+        ``g`` devices a node), which fixes the copy without reading the devices; else
+        :meth:`canonical` of the devices."""
+        size = self._node_size
+        if size is None:
+            return self.canonical(self._run(start, stride, count))
+        key = (start % size, stride, count)
+        found = self._runs.get(key)
+        if found is None:
+            found = self._runs[key] = self.canonical(self._run(start, stride, count))
+        return found
+
+    def _run(self, start: int, stride: int, count: int) -> tuple[str, ...]:
+        devices = self.network.devices
+        return tuple(devices[start + k * stride] for k in range(count))
 
     def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """The ranks of ``devices`` by node (cached per cluster)."""

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from parplan.api.search import vector
-from parplan.api.search.chunks import Meshes, applies
+from parplan.api.search.meshes import Meshes, applies
 from parplan.api.search.space import CandidateTable, enumerate_space
 from parplan.api.search.vector import BOUND_NAMES, Evaluation, evaluate_candidates
 from parplan.api.sharded_analytic import evaluate_sharded
@@ -74,7 +74,7 @@ def test_equals_evaluate_sharded_in_the_whole_space(name: str) -> None:
 
 
 def test_reference_path_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Structures the array path does not cover (:func:`chunks.applies`) take the layout path, and
+    """Structures the array path does not cover (:func:`meshes.applies`) take the layout path, and
     both give the same figures, bit for bit."""
     _, ctx = sample("gpt3-175b-1024xa100")
     search = _search("gpt3-175b-1024xa100")
@@ -116,7 +116,7 @@ def test_order_of_rows_does_not_change_figures() -> None:
 
 @pytest.mark.parametrize("name", LLM_SAMPLES)
 def test_search_meshes_equal_build_mesh(name: str) -> None:
-    """:class:`chunks.Meshes` gives :func:`build_mesh`'s mesh for every structure of the space,
+    """:class:`meshes.Meshes` gives :func:`build_mesh`'s mesh for every structure of the space,
     with and without hybrid sharding."""
     _, ctx = sample(name)
     search = _search(name)
