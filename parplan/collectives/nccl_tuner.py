@@ -4,7 +4,8 @@ Follows NCCL 2.30.7 (src/graph/tuning.cc ``ncclTopoTuneModel`` / ``ncclTopoGetAl
 src/enqueue.cc ``topoGetAlgoInfo``); the constants live in :mod:`parplan.collectives.nccl_tables`,
 the topology search that sets channels and per-channel bandwidth in
 :mod:`parplan.collectives.nccl_search`. Pure: these three modules import only the standard library
-and parplan.errors.
+and parplan.errors. What a choice reads of a system whatever the size is worked out once per
+system while the system lives (:func:`_entries`).
 
 NCCL's time for one call of ``n`` bytes is ``latency + n / (1000 * algbw)`` microseconds:
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -393,7 +395,9 @@ def algo_time_us(
         if n_channels < 1:
             raise CollectiveError(f"n_channels must be >= 1, got {n_channels}")
         graph = dataclasses.replace(graph, n_channels=n_channels)
-    return _time_us(system, collective, algorithm, protocol, n_bytes, graph)
+    bw = algorithm_bandwidth_GBps(system, collective, algorithm, protocol, graph)
+    lat = latency_us(system, collective, algorithm, protocol)
+    return _time_us(system, collective, algorithm, protocol, n_bytes, graph, bw, lat)
 
 
 def _time_us(
@@ -403,10 +407,11 @@ def _time_us(
     protocol: Protocol,
     n_bytes: int,
     graph: GraphBandwidths,
+    bw: float,
+    lat: float,
 ) -> float:
-    """:func:`algo_time_us` of an entry known to be available, on ``graph``."""
-    bw = algorithm_bandwidth_GBps(system, collective, algorithm, protocol, graph)
-    lat = latency_us(system, collective, algorithm, protocol)
+    """:func:`algo_time_us` of an available entry from what does not depend on the size: its
+    ``graph``, its algorithm bandwidth ``bw`` on it and its latency ``lat``."""
     log_size = _log2_floor(n_bytes >> 6)
     correction = t.TREE_CORRECTION[protocol]
     if algorithm == "tree" and collective == "all_reduce" and 0 <= log_size < len(correction):
@@ -451,6 +456,44 @@ def parse_restriction(
     return frozenset(v for v in valid if (v in chosen) != exclude)
 
 
+_Entry = tuple[Algorithm, Protocol, str, GraphBandwidths, float, float]
+_ENTRIES: weakref.WeakKeyDictionary[
+    NcclSystem, dict[tuple[str, frozenset[Algorithm], frozenset[Protocol]], tuple[_Entry, ...]]
+] = weakref.WeakKeyDictionary()
+"""Per system (while it lives): :func:`_entries`."""
+
+
+def _entries(
+    system: NcclSystem,
+    collective: Collective,
+    allowed_algos: frozenset[Algorithm],
+    allowed_protos: frozenset[Protocol],
+) -> tuple[_Entry, ...]:
+    """What :func:`select` reads of each (algorithm, protocol) in NCCL's order whatever the size:
+    why it is off ("" when on), its graph, its algorithm bandwidth on it and its latency (those of
+    :func:`algo_time_us`), worked out once per system, collective and restriction, not per size."""
+    memo = _ENTRIES.setdefault(system, {})
+    key = (collective, allowed_algos, allowed_protos)
+    found = memo.get(key)
+    if found is None:
+        entries: list[_Entry] = []
+        for algorithm in ALGORITHMS:
+            graph = graph_bandwidths(system, algorithm)
+            for protocol in PROTOCOLS:
+                reason = unavailable_reason(system, collective, algorithm, protocol)
+                if not reason and algorithm not in allowed_algos:
+                    reason = "disabled by the algorithm restriction (NCCL_ALGO)"
+                if not reason and protocol not in allowed_protos:
+                    reason = "disabled by the protocol restriction (NCCL_PROTO)"
+                bw = lat = 0.0
+                if not reason:
+                    bw = algorithm_bandwidth_GBps(system, collective, algorithm, protocol, graph)
+                    lat = latency_us(system, collective, algorithm, protocol)
+                entries.append((algorithm, protocol, reason, graph, bw, lat))
+        found = memo[key] = tuple(entries)
+    return found
+
+
 def select(
     system: NcclSystem,
     collective: Collective,
@@ -470,17 +513,11 @@ def select(
     allowed_algos = parse_restriction(algorithms, ALGORITHMS, "algorithm")
     allowed_protos = parse_restriction(protocols, PROTOCOLS, "protocol")
     table: list[NcclCandidate] = []
-    for algorithm in ALGORITHMS:
-        graph = graph_bandwidths(system, algorithm)
-        for protocol in PROTOCOLS:
-            reason = unavailable_reason(system, collective, algorithm, protocol)
-            if not reason and algorithm not in allowed_algos:
-                reason = "disabled by the algorithm restriction (NCCL_ALGO)"
-            if not reason and protocol not in allowed_protos:
-                reason = "disabled by the protocol restriction (NCCL_PROTO)"
-            # available: algo_time_us's figure, without its second availability check
-            time = None if reason else _time_us(system, collective, algorithm, protocol, n_bytes, graph)
-            table.append(NcclCandidate(algorithm, protocol, time, reason))
+    for algorithm, protocol, reason, graph, bw, lat in _entries(
+        system, collective, allowed_algos, allowed_protos
+    ):
+        time = None if reason else _time_us(system, collective, algorithm, protocol, n_bytes, graph, bw, lat)
+        table.append(NcclCandidate(algorithm, protocol, time, reason))
     best: NcclCandidate | None = None
     for candidate in table:  # strict <: ties go to the earlier entry, as in NCCL's scan
         if candidate.time_us is not None and (best is None or candidate.time_us < (best.time_us or math.inf)):

@@ -576,17 +576,23 @@ def test_selection_is_the_fastest_allowed_entry(
     ids=["h100-box", "h100x4", "h100x4-sharp", "a100x16", "v100x2", "1gpu-x8"],
 )
 def test_selects_table_times_are_algo_time_us_bit_for_bit(system: NcclSystem) -> None:
-    """select checks each entry's availability once and times it on the graph it read once:
-    every available entry's time is :func:`algo_time_us`'s exactly, every other has none."""
+    """select works out what does not depend on the size once per system, collective and
+    restriction (read back for the next sizes): every enabled entry's time is
+    :func:`algo_time_us`'s exactly, every other has none and the reason it is off."""
+    restrictions = ((None, None), ("^tree", None), ("ring,tree", "simple"), (None, "^ll128"))
     for collective in COLLECTIVES:
-        for n in (1, 8191, 8192, 3 << 20, GiB + 7):
-            try:
-                choice = select(system, collective, n)
-            except CollectiveError:
-                continue
-            for entry in choice.candidates:
-                if entry.reason:
-                    assert entry.time_us is None
-                else:
-                    expected = algo_time_us(system, collective, entry.algorithm, entry.protocol, n)
-                    assert entry.time_us == expected
+        for algorithms, protocols in restrictions:
+            for n in (1, 8191, 8192, 3 << 20, GiB + 7):
+                try:
+                    choice = select(system, collective, n, algorithms=algorithms, protocols=protocols)
+                except CollectiveError:
+                    continue
+                for entry in choice.candidates:
+                    off = unavailable_reason(system, collective, entry.algorithm, entry.protocol)
+                    if entry.reason:
+                        assert entry.time_us is None
+                        assert entry.reason == off or "restriction" in entry.reason
+                    else:
+                        assert not off
+                        expected = algo_time_us(system, collective, entry.algorithm, entry.protocol, n)
+                        assert entry.time_us == expected
