@@ -88,7 +88,8 @@ class _Staged:
 @dataclass
 class _KeyRows:
     """One mesh's sync keys in :meth:`SyncBuilder.build`: their rows, and each distinct
-    (ZeRO, FSDP, bucket)'s static figures and (calls, algorithm)'s sums."""
+    (ZeRO, FSDP, bucket)'s static figures and (calls, algorithm)'s sums (memos shared by the
+    structures of one mesh shape, :meth:`SyncBuilder._key_rows`)."""
 
     found: _Staged
     ys: list[int] = field(default_factory=list)
@@ -112,7 +113,7 @@ class SyncBuilder:
         self._sequences: list[StageCallRuns] = []
         self._group_ids: dict[tuple[str, ...], int] = {}
         self._groups: list[tuple[str, ...]] = []
-        self._staged_by_shape: dict[tuple[Any, ...], _Staged] = {}
+        self._by_shape: dict[tuple[Any, ...], _KeyRows] = {}
 
     def _timed(
         self, call: CommCall, group: int, algorithm: tuple[Any, int], info: DeviceInfo
@@ -198,7 +199,7 @@ class SyncBuilder:
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
             rows = groups.get(id(mesh))
             if rows is None:
-                rows = groups[id(mesh)] = _KeyRows(self._staged_memo(mesh, strategy))
+                rows = groups[id(mesh)] = self._key_rows(mesh, strategy)
             s, algorithm = strategy, strategy.aggregation.algorithm
             number = self._algorithm_numbers.setdefault(algorithm, len(self._algorithm_numbers))
             prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes)
@@ -254,18 +255,19 @@ class SyncBuilder:
         capacity = float(self.ctx.network.device(base.device({"pp": 0})).memory_bytes)
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
 
-    def _staged_memo(self, mesh: Mesh, strategy: ShardedStrategy) -> _Staged:
-        """:meth:`_staged`, memoised per mesh shape (:meth:`Meshes.shape`) and virtual stages:
-        what it reads of the strategy besides (its tp, the model's ties) is the mesh's or the
-        search's."""
+    def _key_rows(self, mesh: Mesh, strategy: ShardedStrategy) -> _KeyRows:
+        """A mesh's rows for :meth:`build`: its :meth:`_staged` and the memos of its static
+        figures and sums, kept per mesh shape (:meth:`Meshes.shape`) and virtual stages, which
+        fix the stage types (what they read of the strategy besides, its tp and the model's ties,
+        is the mesh's or the search's), so structures of one shape share them."""
         shape = self.meshes.shape(mesh)
         if shape is None:
-            return self._staged(mesh, strategy)
+            return _KeyRows(self._staged(mesh, strategy))
         key = (shape, strategy.virtual_stages)
-        found = self._staged_by_shape.get(key)
+        found = self._by_shape.get(key)
         if found is None:
-            found = self._staged_by_shape[key] = self._staged(mesh, strategy)
-        return found
+            found = self._by_shape[key] = _KeyRows(self._staged(mesh, strategy))
+        return _KeyRows(found.found, statics=found.statics, sums=found.sums)
 
     def _staged(self, mesh: Mesh, strategy: ShardedStrategy) -> _Staged:
         """What every sync key on ``mesh`` shares: its stage types (:meth:`_stages`) and their

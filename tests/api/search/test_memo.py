@@ -88,3 +88,22 @@ def test_contexts_alike_but_for_the_batch_share_the_builders_and_their_figures()
     cold = evaluate_candidates(half, search, table2)
     assert len(table2)  # candidates of the half batch (other micro-batch counts)
     _assert_same(warm, cold)
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_memos_per_mesh_shape_give_the_figures_of_each_mesh_on_its_own(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Structures of one mesh shape share its stage types, static figures, sums and stage
+    classes, and find its groups from runs of ranks (:meth:`Meshes.shape`); with no mesh known
+    by shape (each mesh worked out on its own, its groups from their devices) the figures are the
+    same, bit for bit."""
+    from parplan.api.search.meshes import Meshes
+
+    ctx, search = _fresh(name)
+    table, _ = enumerate_space(ctx, search)
+    shared = evaluate_candidates(ctx, search, table)
+    memo.forget(ctx.network)
+    monkeypatch.setattr(Meshes, "shape", lambda self, mesh: None)
+    alone = evaluate_candidates(ctx, search, table)
+    _assert_same(shared, alone)
