@@ -25,7 +25,7 @@ from parplan.plan.base import PlanContext
 from parplan.plan.sharded.blocks import bus_bytes
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
-from parplan.plan.sharded.symmetry import node_symmetry, regular_node_size
+from parplan.plan.sharded.symmetry import HashedTuple, node_symmetry, regular_node_size
 from parplan.topology.network import DeviceInfo, Network
 
 Params = tuple[float, float, float, bool, float | None, float | None]
@@ -50,29 +50,6 @@ _CHANNELS: weakref.WeakKeyDictionary[Network, dict[tuple[str, float, tuple[str, 
     weakref.WeakKeyDictionary()
 )
 """Per network: the NCCL channels of each (collective, size, group) (:meth:`GroupClock.channels`)."""
-
-
-class _Hashed(tuple):  # type: ignore[type-arg]
-    """A tuple whose hash is worked out once. A canonical group (hundreds of device names for a
-    data-parallel group) and its ranks by node key every cache of the clock, and a plain tuple
-    hashes all its items at every lookup; equal to, and hashing as, the plain tuple."""
-
-    _hash: int
-
-    def __new__(cls, items: Any) -> _Hashed:
-        self = super().__new__(cls, items)
-        self._hash = tuple.__hash__(self)
-        return self
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
-def _uses_groups(spec: Any, collective: str) -> bool:
-    """Whether ``spec`` (or the fallback of ``auto``) reads the ranks' node groups."""
-    from parplan.collectives.registry import get
-
-    return bool(get(spec.name, collective).uses_groups(spec))
 
 
 def _closed_form(
@@ -192,7 +169,7 @@ class GroupClock:
             for d in devices:
                 k, name = where[d]
                 out.append(f"{nodes[renumber.setdefault(k, len(renumber))]}.{name}")
-            found = self._canonical[devices] = _Hashed(out)
+            found = self._canonical[devices] = HashedTuple(out)
             self._canonical.setdefault(found, found)  # a canonical group is its own (idempotent)
         return found
 
@@ -221,11 +198,16 @@ class GroupClock:
 
         found = self._groups_by_node.get(devices)
         if found is None:
-            # groups_by_node's keys, read off the graph (its DeviceInfo per device costs more than
-            # the grouping)
-            attrs = self.network.graph.nodes
-            keys = [("group", g) if (g := attrs[d].get("group")) else ("device", d) for d in devices]
-            found = _Hashed(tuple(g) for g in groups_by_key(keys))
+            keys: list[Any]
+            if self._symmetry is not None:  # every device on a node: its node's number
+                where = self._symmetry[1]
+                keys = [where[d][0] for d in devices]
+            else:
+                # groups_by_node's keys, read off the graph (its DeviceInfo per device costs more
+                # than the grouping)
+                attrs = self.network.graph.nodes
+                keys = [("group", g) if (g := attrs[d].get("group")) else ("device", d) for d in devices]
+            found = HashedTuple(tuple(g) for g in groups_by_key(keys))
             self._groups_by_node[devices] = found
         return found
 

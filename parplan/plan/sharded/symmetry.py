@@ -1,7 +1,8 @@
 """How a cluster's nodes repeat, which lets the closed-form clock (:mod:`~parplan.plan.sharded.
 clock`) time a group of devices on its copy on the first nodes: whether every node is wired alike
 (:func:`node_symmetry`), and whether the devices are numbered node by node alike
-(:func:`regular_node_size`: then a group's copy follows from rank arithmetic alone).
+(:func:`regular_node_size`: then a group's copy follows from rank arithmetic alone); such copies
+are tuples that hash once (:class:`HashedTuple`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,22 @@ wired alike (:func:`node_symmetry`), else None."""
 _REGULAR: weakref.WeakKeyDictionary[Network, int | None] = weakref.WeakKeyDictionary()
 """Per network: :func:`regular_node_size`."""
 _EDGE_NAMES = ("channel", "channel_name")
+
+
+class HashedTuple(tuple):  # type: ignore[type-arg]
+    """A tuple whose hash is worked out once. A canonical group (hundreds of device names for a
+    data-parallel group) and its ranks by node key every cache of the clock, and a plain tuple
+    hashes all its items at every lookup; equal to, and hashing as, the plain tuple."""
+
+    _hash: int
+
+    def __new__(cls, items: Any) -> HashedTuple:
+        self = super().__new__(cls, items)
+        self._hash = tuple.__hash__(self)
+        return self
+
+    def __hash__(self) -> int:
+        return self._hash
 
 
 def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:

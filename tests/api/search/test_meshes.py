@@ -110,3 +110,19 @@ def test_canonical_run_without_regular_numbering_reads_the_devices() -> None:
         group = tuple(devices[start + k * stride] for k in range(count))
         assert clock.canonical_run(start, stride, count) == clock.canonical(group)
     assert not clock._runs
+
+
+@pytest.mark.parametrize("cluster", _CLUSTER_FILES)
+def test_clock_sharing_congruent_groups_groups_ranks_by_node_as_placement_does(cluster: str) -> None:
+    """With the nodes interchangeable the clock groups ranks by each device's node number
+    (:func:`node_symmetry`) instead of reading the graph: the same groups."""
+    from parplan.topology.placement import groups_by_node
+
+    network = build_network(load_cluster(_CLUSTERS / cluster))
+    clock = GroupClock(network, share_congruent=True)
+    clock._groups_by_node = {}
+    rng = random.Random(cluster)
+    devices = list(network.devices)
+    for _ in range(20):
+        group = tuple(rng.sample(devices, rng.randint(1, len(devices))))
+        assert clock._node_groups(group) == tuple(tuple(g) for g in groups_by_node(network, group))
