@@ -17,8 +17,9 @@ evaluated in slices or a sweep over batch sizes), and with the clock's memos alo
 search's own built anew: as in a sweep over models on one cluster); the least CPU of
 ``--warm-runs`` runs each. The cold run is cold: nothing was evaluated before it in the process,
 and the clock's and the search's memos live with the network, so a second network would start
-cold too (NCCL's graph search keeps its process-wide cache per system). Then the whole search's wall time (loading the scenario, building the
-context, enumerating, evaluating) and the process's peak memory.
+cold too (NCCL's graph search keeps its process-wide cache per system). Then the whole search's
+wall time (loading the scenario, building the context, enumerating, evaluating) and the process's
+peak memory.
 """
 
 from __future__ import annotations
