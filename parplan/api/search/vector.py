@@ -12,11 +12,13 @@ and a *sync* key (ZeRO, FSDP, algorithm, bucket: the data-parallel calls, the op
 state). Per structure the micro-batch keys' figures come from per-block figures as arrays
 (:mod:`~parplan.api.search.chunks`) and the sync keys' per kind of stage
 (:mod:`~parplan.api.search.stages`), both without laying a plan out and both equal to the layout
-path's bit for bit; then every candidate of the structure is assembled from them with numpy. Memory
-follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term. Structures the array path
-does not cover (:func:`~parplan.api.search.meshes.applies`: blocks of two kinds, mixed devices)
-take the layout path: per micro-batch key one :func:`~parplan.plan.sharded.costs.layout_plan`,
-per sync key one :func:`~parplan.plan.sharded.costs.relayout_sync`, timed by a
+path's bit for bit (the builders and their memos kept from one evaluation to the next on a
+network: :mod:`~parplan.api.search.memo`); then every candidate of the structure is assembled
+from them with numpy. Memory follows :func:`~parplan.plan.sharded.memory.stage_memory` term by
+term. Structures the array path does not cover (:func:`~parplan.api.search.meshes.applies`:
+blocks of two kinds, mixed devices) take the layout path: per micro-batch key one
+:func:`~parplan.plan.sharded.costs.layout_plan`, per sync key one
+:func:`~parplan.plan.sharded.costs.relayout_sync`, timed by a
 :class:`~parplan.plan.sharded.clock.CollectiveClock` sharing congruent groups.
 """
 
