@@ -3,8 +3,10 @@
 Follows NCCL 2.30.7 (src/graph/tuning.cc ``ncclTopoTuneModel`` / ``ncclTopoGetAlgoTime``,
 src/enqueue.cc ``topoGetAlgoInfo``); the constants live in :mod:`parplan.collectives.nccl_tables`,
 the topology search that sets channels and per-channel bandwidth in
-:mod:`parplan.collectives.nccl_search`. Pure: these three modules import only the standard library
-and parplan.errors.
+:mod:`parplan.collectives.nccl_search`, the latency model in :mod:`parplan.collectives.nccl_latency`.
+Pure: these four modules import only the standard library and parplan.errors. What a choice reads
+of a system whatever the size is worked out once per system while the system lives
+(:func:`_entries`).
 
 NCCL's time for one call of ``n`` bytes is ``latency + n / (1000 * algbw)`` microseconds:
 
@@ -33,21 +35,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from parplan.collectives import nccl_tables as t
+from parplan.collectives.nccl_latency import latency_us, log2_floor
 from parplan.collectives.nccl_search import GraphBandwidths, NcclSystem, graph_bandwidths
 from parplan.collectives.nccl_tables import (
     ALGORITHMS,
-    BASE_LATENCY_US,
     COLLECTIVES,
-    HW_LATENCY_US,
     PROTOCOLS,
     Algorithm,
     Collective,
-    Hardware,
     Protocol,
 )
 from parplan.errors import CollectiveError
@@ -114,81 +115,6 @@ class NcclChoice:
     threads: int
     time_us: float
     candidates: tuple[NcclCandidate, ...]
-
-
-def _log2_floor(value: int) -> int:
-    """floor(log2(value)) for value >= 1, -1 for 0 (NCCL's log2Down)."""
-    return value.bit_length() - 1
-
-
-def _hw_latency_us(system: NcclSystem, hw: Hardware, algorithm: Algorithm, protocol: Protocol) -> float:
-    """One step's hardware latency; on POWER hosts PCI Tree/Simple costs what PCI Ring/Simple does."""
-    p = PROTOCOLS.index(protocol)
-    if system.cpu_arch == "power" and hw == "pci" and algorithm == "tree" and protocol == "simple":
-        algorithm = "ring"
-    return HW_LATENCY_US[hw][algorithm][p]
-
-
-def net_overhead_us(system: NcclSystem, protocol: Protocol) -> float:
-    """CPU cost of one network step (0 on one node), tripled for Simple."""
-    if system.n_nodes == 1:
-        return 0.0
-    base = system.net_overhead_us
-    if base is None:
-        base = t.NET_OVERHEAD_US[system.cpu_vendor]
-    return base * (t.NET_OVERHEAD_SIMPLE_FACTOR if protocol == "simple" else 1.0)
-
-
-def _ring_latency_us(
-    system: NcclSystem,
-    collective: Collective,
-    protocol: Protocol,
-    intra_us: float,
-    inter_us: float,
-    intra_hw: Hardware,
-) -> float:
-    """Ring: every step pays its hop; broadcast and reduce pipeline to one step's latency."""
-    base = BASE_LATENCY_US["ring"][PROTOCOLS.index(protocol)]
-    n, nodes = system.n_ranks, system.n_nodes
-    if collective in ("broadcast", "reduce"):  # the search keeps sameChannels on every system here
-        return base + _hw_latency_us(system, intra_hw if nodes == 1 else "net", "ring", protocol)
-    all_reduce = collective == "all_reduce"
-    n_steps = 2 * (n - 1) if all_reduce else n - 1
-    n_inter = 0 if nodes == 1 else (2 * (nodes - 1) if all_reduce else nodes - 1)
-    intra_us = max(intra_us, net_overhead_us(system, protocol))
-    return base + (n_steps - n_inter) * intra_us + n_inter * inter_us
-
-
-def latency_us(system: NcclSystem, collective: Collective, algorithm: Algorithm, protocol: Protocol) -> float:
-    """NCCL's per-call latency (``comm->latencies``) before the plateau factor, in microseconds.
-
-    Intra-node steps use NVLink latencies when the GPUs talk over NVLink, PCI ones otherwise (and with
-    one GPU per node); inter-node steps the network's, the tree's network latency with one GPU per
-    node, plus the NIC's own latency (twice for Simple: the flush).
-    """
-    p = PROTOCOLS.index(protocol)
-    nodes, ppn, n = system.n_nodes, system.ranks_per_node, system.n_ranks
-    intra_hw: Hardware = "nvlink" if system.intra_link == "nvlink" and ppn > 1 else "pci"
-    intra = _hw_latency_us(system, intra_hw, algorithm, protocol)
-    inter = HW_LATENCY_US["net"]["tree" if ppn == 1 else algorithm][p]
-    inter += system.net_latency_us * (2 if protocol == "simple" else 1)
-    base = BASE_LATENCY_US[algorithm][p]
-    depth = _log2_floor(nodes)
-    if algorithm == "ring":
-        return _ring_latency_us(system, collective, protocol, intra, inter, intra_hw)
-    if algorithm == "tree":
-        return base + 2 * ((ppn - 1) * intra + depth * inter)
-    if algorithm == "collnet_direct":
-        return base + 2 * (min(1, ppn - 1) * intra + (ppn - 1) * t.COLLNET_DIRECT_ARITY_LATENCY_US) + inter
-    if algorithm == "collnet_chain":
-        return base + 2 * (ppn - 1) * intra + inter
-    if algorithm == "nvls":
-        return intra + (inter if nodes > 1 else 0.0)
-    if algorithm == "nvls_tree":
-        return base + intra + 2 * depth * inter
-    # PAT (all-gather / reduce-scatter, one GPU per node): the composition is not in the notes; this is
-    # tuning.cc's since NCCL 2.23: base + log-depth share of the network latency + a linear part.
-    return base + depth * (inter / 3.5) + n * 2.8
 
 
 def _ll_max_GBps(system: NcclSystem) -> float:
@@ -395,7 +321,22 @@ def algo_time_us(
         graph = dataclasses.replace(graph, n_channels=n_channels)
     bw = algorithm_bandwidth_GBps(system, collective, algorithm, protocol, graph)
     lat = latency_us(system, collective, algorithm, protocol)
-    log_size = _log2_floor(n_bytes >> 6)
+    return _time_us(system, collective, algorithm, protocol, n_bytes, graph, bw, lat)
+
+
+def _time_us(
+    system: NcclSystem,
+    collective: Collective,
+    algorithm: Algorithm,
+    protocol: Protocol,
+    n_bytes: int,
+    graph: GraphBandwidths,
+    bw: float,
+    lat: float,
+) -> float:
+    """:func:`algo_time_us` of an available entry from what does not depend on the size: its
+    ``graph``, its algorithm bandwidth ``bw`` on it and its latency ``lat``."""
+    log_size = log2_floor(n_bytes >> 6)
     correction = t.TREE_CORRECTION[protocol]
     if algorithm == "tree" and collective == "all_reduce" and 0 <= log_size < len(correction):
         bw *= correction[log_size]
@@ -439,6 +380,44 @@ def parse_restriction(
     return frozenset(v for v in valid if (v in chosen) != exclude)
 
 
+_Entry = tuple[Algorithm, Protocol, str, GraphBandwidths, float, float]
+_ENTRIES: weakref.WeakKeyDictionary[
+    NcclSystem, dict[tuple[str, frozenset[Algorithm], frozenset[Protocol]], tuple[_Entry, ...]]
+] = weakref.WeakKeyDictionary()
+"""Per system (while it lives): :func:`_entries`."""
+
+
+def _entries(
+    system: NcclSystem,
+    collective: Collective,
+    allowed_algos: frozenset[Algorithm],
+    allowed_protos: frozenset[Protocol],
+) -> tuple[_Entry, ...]:
+    """What :func:`select` reads of each (algorithm, protocol) in NCCL's order whatever the size:
+    why it is off ("" when on), its graph, its algorithm bandwidth on it and its latency (those of
+    :func:`algo_time_us`), worked out once per system, collective and restriction, not per size."""
+    memo = _ENTRIES.setdefault(system, {})
+    key = (collective, allowed_algos, allowed_protos)
+    found = memo.get(key)
+    if found is None:
+        entries: list[_Entry] = []
+        for algorithm in ALGORITHMS:
+            graph = graph_bandwidths(system, algorithm)
+            for protocol in PROTOCOLS:
+                reason = unavailable_reason(system, collective, algorithm, protocol)
+                if not reason and algorithm not in allowed_algos:
+                    reason = "disabled by the algorithm restriction (NCCL_ALGO)"
+                if not reason and protocol not in allowed_protos:
+                    reason = "disabled by the protocol restriction (NCCL_PROTO)"
+                bw = lat = 0.0
+                if not reason:
+                    bw = algorithm_bandwidth_GBps(system, collective, algorithm, protocol, graph)
+                    lat = latency_us(system, collective, algorithm, protocol)
+                entries.append((algorithm, protocol, reason, graph, bw, lat))
+        found = memo[key] = tuple(entries)
+    return found
+
+
 def select(
     system: NcclSystem,
     collective: Collective,
@@ -458,15 +437,11 @@ def select(
     allowed_algos = parse_restriction(algorithms, ALGORITHMS, "algorithm")
     allowed_protos = parse_restriction(protocols, PROTOCOLS, "protocol")
     table: list[NcclCandidate] = []
-    for algorithm in ALGORITHMS:
-        for protocol in PROTOCOLS:
-            reason = unavailable_reason(system, collective, algorithm, protocol)
-            if not reason and algorithm not in allowed_algos:
-                reason = "disabled by the algorithm restriction (NCCL_ALGO)"
-            if not reason and protocol not in allowed_protos:
-                reason = "disabled by the protocol restriction (NCCL_PROTO)"
-            time = None if reason else algo_time_us(system, collective, algorithm, protocol, n_bytes)
-            table.append(NcclCandidate(algorithm, protocol, time, reason))
+    for algorithm, protocol, reason, graph, bw, lat in _entries(
+        system, collective, allowed_algos, allowed_protos
+    ):
+        time = None if reason else _time_us(system, collective, algorithm, protocol, n_bytes, graph, bw, lat)
+        table.append(NcclCandidate(algorithm, protocol, time, reason))
     best: NcclCandidate | None = None
     for candidate in table:  # strict <: ties go to the earlier entry, as in NCCL's scan
         if candidate.time_us is not None and (best is None or candidate.time_us < (best.time_us or math.inf)):

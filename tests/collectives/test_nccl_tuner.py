@@ -561,3 +561,38 @@ def test_selection_is_the_fastest_allowed_entry(
         if candidate.enabled:
             assert candidate.algorithm in algorithms and candidate.protocol in protocols
             assert choice.time_us <= candidate.time_us  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "system",
+    [
+        h100_box(8),
+        h100_nodes(4),
+        h100_nodes(4, collnet=True),
+        a100_nodes(16),
+        v100_nodes(2),
+        one_gpu_nodes(8),
+    ],
+    ids=["h100-box", "h100x4", "h100x4-sharp", "a100x16", "v100x2", "1gpu-x8"],
+)
+def test_selects_table_times_are_algo_time_us_bit_for_bit(system: NcclSystem) -> None:
+    """select works out what does not depend on the size once per system, collective and
+    restriction (read back for the next sizes): every enabled entry's time is
+    :func:`algo_time_us`'s exactly, every other has none and the reason it is off."""
+    restrictions = ((None, None), ("^tree", None), ("ring,tree", "simple"), (None, "^ll128"))
+    for collective in COLLECTIVES:
+        for algorithms, protocols in restrictions:
+            for n in (1, 8191, 8192, 3 << 20, GiB + 7):
+                try:
+                    choice = select(system, collective, n, algorithms=algorithms, protocols=protocols)
+                except CollectiveError:
+                    continue
+                for entry in choice.candidates:
+                    off = unavailable_reason(system, collective, entry.algorithm, entry.protocol)
+                    if entry.reason:
+                        assert entry.time_us is None
+                        assert entry.reason == off or "restriction" in entry.reason
+                    else:
+                        assert not off
+                        expected = algo_time_us(system, collective, entry.algorithm, entry.protocol, n)
+                        assert entry.time_us == expected

@@ -11,30 +11,32 @@ split_layers`. Each chunk's sums are the sums ``layout_plan`` and
 :func:`~parplan.api.sharded_analytic._chunk_sums` take, in the same order (``np.add.accumulate``
 adds left to right, and zeros stand for what a sum skips), so the figures are the reference's to
 the last bit. Collective times come from the :class:`~parplan.plan.sharded.clock.GroupClock` per
-congruent group (:func:`stage_groups`).
+congruent group (:func:`~parplan.api.search.meshes.stage_groups`).
 
 What a chunk sums (module docstring of :mod:`parplan.api.sharded_analytic`) reaches
 :func:`~parplan.api.sharded_analytic.stage_micro` unchanged; activations follow
 :func:`~parplan.plan.sharded.memory.stage_memory` term by term (the search's equality test holds
 both to the reference). Models whose blocks differ (MoE every other block), clusters of mixed
-devices and placements other than the default take the reference path (:func:`applies`).
+devices and placements other than the default take the reference path
+(:func:`~parplan.api.search.meshes.applies`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from parplan.api.search.meshes import Meshes, device_kind, stage_groups
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.compute import comm_compute_share
-from parplan.plan.sharded.blocks import bus_bytes, chunk_calls
+from parplan.plan.sharded.blocks import Roofline, bus_bytes, chunk_calls
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import block_figures, block_memory_share, split_layers
 from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
-from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh, microbatches_per_pipeline
+from parplan.plan.sharded.mesh import microbatches_per_pipeline
 from parplan.plan.sharded.parts import (
     accumulation_seconds,
     block_unit,
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from parplan.plan.sharded.clock import GroupClock
     from parplan.plan.sharded.costs import ShardedLayout
     from parplan.plan.sharded.mesh import Mesh
-    from parplan.topology.network import DeviceInfo, Network
+    from parplan.topology.network import DeviceInfo
 
 _CHUNK_AXES = ("tp", "cp", "ep")
 """The groups a chunk's calls run in."""
@@ -83,134 +85,15 @@ class _View:
     p2p_bytes: float
 
 
-def applies(
-    ctx: PlanContext,
-    mesh: Mesh,
-    strategy: ShardedStrategy,
-    shape: TransformerShape,
-    kind_of: Callable[[str], Any] | None = None,
-) -> bool:
-    """Whether the array path holds: every block alike, every stage's device alike, the default
-    placement (:func:`group_of`'s rank arithmetic). ``kind_of``: a device's kind by name
-    (:meth:`Meshes.kind`, memoised), else read off the network."""
-    from parplan.config.strategy import DEFAULT_PLACEMENT
-
-    if tuple(strategy.placement) != DEFAULT_PLACEMENT or strategy.devices is not None:
-        return False
-    if len({shape.is_moe(i) for i in range(shape.layers)}) > 1:
-        return False
-    kind = kind_of or (lambda device: _kind(ctx.network.device(device)))
-    step = mesh.tp * mesh.cp  # stage s's first device, on the default placement (group_of's rule)
-    kinds = {kind(mesh.devices[s * step]) for s in range(mesh.pp)}
-    return len(kinds) == 1
-
-
-def _kind(info: DeviceInfo) -> DeviceInfo:
-    return replace(info, name="", group=None)  # alike devices time alike (costs.layout_plan's rule)
-
-
-def group_of(mesh: Mesh, axis: str, stage: int, data: tuple[str, ...] | None = None) -> tuple[str, ...]:
-    """:meth:`Mesh.group` of stage ``stage``'s first device on the default placement (tp, cp, pp,
-    dp innermost first), by rank arithmetic; ``pp`` the stage and its successor. ``data``: the
-    stage's ``dp_cp`` group when already known (the other data axes are cut from it)."""
-    tp, cp, pp, dp = mesh.tp, mesh.cp, mesh.pp, mesh.dp
-    devices, base = mesh.devices, stage * tp * cp
-    if axis == "pp":
-        return (devices[base], devices[((stage + 1) % pp) * tp * cp])
-    if axis == "tp":
-        return devices[base : base + tp]
-    if axis == "cp":
-        return devices[base : base + tp * cp : tp]
-    if axis == "dp":
-        return devices[base :: tp * cp * pp][:dp]
-    if axis == "embedding":
-        return (devices[0], devices[(pp - 1) * tp * cp]) if pp > 1 else (devices[0],)
-    if data is None:
-        stride = tp * cp * pp
-        if cp == 1:
-            data = devices[base : base + dp * stride : stride]
-        else:
-            data = tuple(devices[base + c * tp + d * stride] for d in range(dp) for c in range(cp))
-    if axis == "dp_cp":
-        return data
-    block = mesh.ep if axis in ("ep", "edp") else mesh.sizes["dp_shard"]
-    return data[:block] if axis in ("ep", "dp_shard") else data[::block]
-
-
-class Meshes:
-    """:func:`~parplan.plan.sharded.mesh.build_mesh` for a search's plans (the default placement on
-    the cluster's first devices), reading the devices' nodes from the graph once per search
-    instead of once per plan; anything else, or a plan ``build_mesh`` would refuse, goes to
-    ``build_mesh`` itself. A test holds the two equal."""
-
-    def __init__(self, network: Network) -> None:
-        self.network = network
-        self._devices = tuple(network.devices)
-        self._nodes: tuple[str, ...] | None = None
-        self._kinds: dict[str, DeviceInfo] = {}
-
-    def kind(self, device: str) -> DeviceInfo:
-        """``device``'s record without its name and node (alike devices time alike), memoised
-        for the search (its network does not change while it runs)."""
-        found = self._kinds.get(device)
-        if found is None:
-            found = self._kinds[device] = _kind(self.network.device(device))
-        return found
-
-    def build(self, strategy: ShardedStrategy) -> Mesh:
-        """The mesh of ``strategy`` (module docstring of :mod:`parplan.plan.sharded.mesh`)."""
-        from parplan.config.strategy import DEFAULT_PLACEMENT
-        from parplan.plan.sharded.mesh import Mesh
-
-        s = strategy
-        dp = s.dp
-        custom = s.devices is not None or tuple(s.placement) != DEFAULT_PLACEMENT
-        custom = custom or (s.virtual_stages > 1 and s.schedule != INTERLEAVED_SCHEDULE)
-        if custom or dp is None or dp * s.tp * s.pp * s.cp > len(self._devices) or (dp * s.cp) % s.ep:
-            return build_mesh(strategy, self.network)
-        if self._nodes is None:
-            attrs = self.network.graph.nodes
-            self._nodes = tuple(attrs[d].get("group") or d for d in self._devices)
-        need = dp * s.tp * s.pp * s.cp
-        devices, nodes = self._devices[:need], self._nodes[:need]
-        sizes = {"tp": s.tp, "cp": s.cp, "pp": s.pp, "dp": dp, "ep": s.ep}
-        data = dp * s.cp
-        shard = s.shard_group
-        if shard is None:
-            shard = data
-            if s.fsdp == "hybrid_shard":  # the dp_cp ranks of the first device's node
-                stride = s.tp * s.cp * s.pp
-                ranks = (c * s.tp + d * stride for d in range(dp) for c in range(s.cp))
-                shard = sum(1 for r in ranks if nodes[r] == nodes[0])
-        if data % shard:
-            return build_mesh(strategy, self.network)
-        digits = tuple((axis, sizes[axis]) for axis in DEFAULT_PLACEMENT)
-        return Mesh(devices=devices, sizes={**sizes, "dp_shard": shard}, digits=digits, nodes=nodes)
-
-
-def stage_groups(
-    clock: GroupClock, mesh: Mesh, axes: Sequence[str]
-) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
-    """Each stage's class (``[pp]``) and each class's canonical group per axis: stages whose
-    groups are congruent share their collective times."""
-    classes: dict[tuple[Any, ...], int] = {}
-    index = np.empty(mesh.pp, dtype=np.intp)
-    for s in range(mesh.pp):
-        key = tuple(clock.canonical(group_of(mesh, a, s)) if _size(mesh, a) > 1 else () for a in axes)
-        index[s] = classes.setdefault(key, len(classes))
-    return index, list(classes)
-
-
-def _size(mesh: Mesh, axis: str) -> int:
-    return {"tp": mesh.tp, "cp": mesh.cp, "ep": mesh.ep, "pp": mesh.pp}[axis]
-
-
 class ChunkBuilder:
     """Builds :class:`Micro` for one structure's micro-batch keys; per-block figures memoised
     across structures (on the evaluator's lifetime: one search, one cluster)."""
 
-    def __init__(self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock) -> None:
-        self.ctx, self.shape, self.clock = ctx, shape, clock
+    def __init__(
+        self, ctx: PlanContext, shape: TransformerShape, clock: GroupClock, meshes: Meshes | None = None
+    ) -> None:
+        self.ctx, self.shape, self.clock, self.meshes = ctx, shape, clock, meshes
+        self._stage_groups: dict[tuple[Any, ...], tuple[np.ndarray, list[tuple[Any, ...]]]] = {}
         self._blocks: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._times: dict[tuple[Any, ...], float] = {}
         self._held: dict[tuple[Any, ...], np.ndarray] = {}
@@ -223,6 +106,7 @@ class ChunkBuilder:
         self._palettes: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
         self._all_comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._memory: dict[tuple[Any, ...], float] = {}
+        self._roofs: dict[tuple[Any, ...], Roofline] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -239,7 +123,7 @@ class ChunkBuilder:
         kind = self._kinds.get(info.name)
         if kind is None:  # alike devices, one number (a small key, hashed at every lookup)
             kind = self._kinds[info.name] = self._kind_numbers.setdefault(
-                _kind(info), len(self._kind_numbers)
+                device_kind(info), len(self._kind_numbers)
             )
         # pp > 1: the head holds the tied embedding's copy (parts.head_unit)
         return (s.tp, s.cp, mesh.ep, s.microbatch_size, s.sequence_parallel, s.recompute, s.pp > 1, kind)
@@ -250,7 +134,16 @@ class ChunkBuilder:
         key = self._key(s, mesh, info)
         found = self._memory.get(key)
         if found is None:
-            found = self._memory[key] = block_memory_share(self.ctx, s, mesh, info)
+            roof = self._roofline(key, s, info)
+            found = self._memory[key] = block_memory_share(self.ctx, s, mesh, info, roof=roof)
+        return found
+
+    def _roofline(self, key: tuple[Any, ...], s: ShardedStrategy, info: DeviceInfo) -> Roofline:
+        """The :class:`~parplan.plan.sharded.blocks.Roofline` of block key ``key``: the block's
+        figures and its memory-bound share read one (it works the block's ops out once)."""
+        found = self._roofs.get(key)
+        if found is None:
+            found = self._roofs[key] = Roofline(self.ctx, s, self.shape, info)
         return found
 
     def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
@@ -290,7 +183,7 @@ class ChunkBuilder:
                 head_unit(self.shape, s),
             )
             found = self._blocks[key] = (
-                block_figures(self.ctx, s, mesh, info),
+                block_figures(self.ctx, s, mesh, info, roof=self._roofline(key, s, info)),
                 chunk_calls(s, self.shape, mesh.ep),
                 tuple(u.dense + u.expert for u in units),
                 (held, working),
@@ -301,7 +194,7 @@ class ChunkBuilder:
         """The figures of ``strategies`` (one per micro-batch key) on ``mesh``."""
         pp, v = mesh.pp, strategies[0].virtual_stages
         counts = np.asarray(split_layers(self.shape.layers, pp * v))
-        stage_of, groups = stage_groups(self.clock, mesh, _CHUNK_AXES)
+        stage_of, groups = self._groups(mesh, _CHUNK_AXES)
         chunk = np.arange(pp * v)
         chunk_stage = chunk % pp
         types, chunk_type = np.unique(
@@ -320,7 +213,7 @@ class ChunkBuilder:
         micro = stage_micro(chunks, strategies[0].tp_comm_overlap)
         blocks_on_stage = counts.reshape(v, pp).sum(axis=0)
         hops, ms, activations, buffers = [], [], [], []
-        pp_index, pp_groups = stage_groups(self.clock, mesh, ("pp",))
+        pp_index, pp_groups = self._groups(mesh, ("pp",))
         pp_classes = sorted(set(pp_index.tolist()))  # the max over stages is the max over classes
         for s in strategies:
             m = microbatches_per_pipeline(s, self.ctx.training.global_batch_size, mesh.dp)
@@ -342,6 +235,18 @@ class ChunkBuilder:
             activations_bytes=np.stack(activations),
             buffers_bytes=np.asarray(buffers),
         )
+
+    def _groups(self, mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+        """:func:`stage_groups`, memoised per mesh shape when :attr:`meshes` laid the mesh out
+        (its ranks are then the network's)."""
+        shape = self.meshes.shape(mesh) if self.meshes is not None else None
+        if shape is None:
+            return stage_groups(self.clock, mesh, axes)
+        key = (shape, axes)
+        found = self._stage_groups.get(key)
+        if found is None:
+            found = self._stage_groups[key] = stage_groups(self.clock, mesh, axes, ranked=True)
+        return found
 
     def _memo_comms(
         self,

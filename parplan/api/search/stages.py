@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from parplan.api.search.chunks import Meshes, group_of
 from parplan.api.search.holdings import StageHoldings, units_key
+from parplan.api.search.meshes import Meshes, group_of, run_of
 from parplan.api.sharded_analytic import StageSync
 from parplan.plan.compute import comm_memory_excess, comm_sm_share
 from parplan.plan.sharded.blocks import bus_bytes
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 _SYNC_AXES = ("dp_cp", "edp", "dp_shard", "dp_replicate", "embedding")
 """The groups the data-parallel calls run in."""
 _DATA_SLICES = ("dp_cp", "edp", "dp_shard", "dp_replicate")
-"""The axes whose groups :func:`~parplan.api.search.chunks.group_of` cuts from the stage's
+"""The axes whose groups :func:`~parplan.api.search.meshes.group_of` cuts from the stage's
 ``dp_cp`` group, from its first rank on."""
 _DP_AXES = ("dp", "dp_cp", "edp", "dp_replicate")
 """The axes whose all-reduces run the plan's algorithm (the clock's rule)."""
@@ -88,7 +88,8 @@ class _Staged:
 @dataclass
 class _KeyRows:
     """One mesh's sync keys in :meth:`SyncBuilder.build`: their rows, and each distinct
-    (ZeRO, FSDP, bucket)'s static figures and (calls, algorithm)'s sums."""
+    (ZeRO, FSDP, bucket)'s static figures and (calls, algorithm)'s sums (memos shared by the
+    structures of one mesh shape, :meth:`SyncBuilder._key_rows`)."""
 
     found: _Staged
     ys: list[int] = field(default_factory=list)
@@ -112,6 +113,7 @@ class SyncBuilder:
         self._sequences: list[StageCallRuns] = []
         self._group_ids: dict[tuple[str, ...], int] = {}
         self._groups: list[tuple[str, ...]] = []
+        self._by_shape: dict[tuple[Any, ...], _KeyRows] = {}
 
     def _timed(
         self, call: CommCall, group: int, algorithm: tuple[Any, int], info: DeviceInfo
@@ -150,20 +152,38 @@ class SyncBuilder:
         counts = split_layers(self.shape.layers, pp * v)
         types: dict[tuple[Any, ...], int] = {}
         index = np.empty(pp, dtype=np.intp)
+        ranked = self.meshes.shape(mesh) is not None and mesh.cp == 1
         for s in range(pp):
-            data = group_of(mesh, "dp_cp", s)
-            whole = self._group_id(self.clock.canonical(data))
-            numbers = []
-            for a in _SYNC_AXES:
-                group = data if a == "dp_cp" else group_of(mesh, a, s, data)
-                # edp, dp_shard and dp_replicate are slices of dp_cp from its first rank: as long
-                # as it, they are it (and need no canonical of their own, a hash of every rank)
-                same = a in _DATA_SLICES and len(group) == len(data)
-                numbers.append(whole if same else self._group_id(self.clock.canonical(group)))
-            groups = tuple(numbers)
+            groups = self._ranked_groups(mesh, s) if ranked else self._groups_of(mesh, s)
             key = (s == 0, s == pp - 1, tuple(counts[vc * pp + s] for vc in range(v)), groups)
             index[s] = types.setdefault(key, len(types))
         return index, list(types)
+
+    def _groups_of(self, mesh: Mesh, s: int) -> tuple[int, ...]:
+        """Stage ``s``'s group numbers per axis of :data:`_SYNC_AXES`, from its groups' devices."""
+        data = group_of(mesh, "dp_cp", s)
+        whole = self._group_id(self.clock.canonical(data))
+        numbers = []
+        for a in _SYNC_AXES:
+            group = data if a == "dp_cp" else group_of(mesh, a, s, data)
+            # edp, dp_shard and dp_replicate are slices of dp_cp from its first rank: as long
+            # as it, they are it (and need no canonical of their own, a hash of every rank)
+            same = a in _DATA_SLICES and len(group) == len(data)
+            numbers.append(whole if same else self._group_id(self.clock.canonical(group)))
+        return tuple(numbers)
+
+    def _ranked_groups(self, mesh: Mesh, s: int) -> tuple[int, ...]:
+        """:meth:`_groups_of` on a mesh whose ranks are the network's (:meth:`Meshes.shape`) and
+        whose groups are runs of ranks (cp 1, :func:`~parplan.api.search.meshes.run_of`): each
+        canonical group by :meth:`~parplan.plan.sharded.clock.GroupClock.canonical_run`."""
+        data = cast("tuple[int, int, int]", run_of(mesh, "dp_cp", s))
+        whole = self._group_id(self.clock.canonical_run(*data))
+        numbers = []
+        for a in _SYNC_AXES:
+            run = cast("tuple[int, int, int]", run_of(mesh, a, s))
+            same = a in _DATA_SLICES and run[2] == data[2]  # as long as dp_cp: dp_cp (above)
+            numbers.append(whole if same else self._group_id(self.clock.canonical_run(*run)))
+        return tuple(numbers)
 
     def build(self, base: Mesh, strategies: Sequence[ShardedStrategy]) -> Sync:
         """The figures of ``strategies`` (one per sync key, alike but for ZeRO, FSDP and the
@@ -179,7 +199,7 @@ class SyncBuilder:
                 hybrid = mesh = hybrid or self.meshes.build(strategy)
             rows = groups.get(id(mesh))
             if rows is None:
-                rows = groups[id(mesh)] = _KeyRows(self._staged(mesh, strategy))
+                rows = groups[id(mesh)] = self._key_rows(mesh, strategy)
             s, algorithm = strategy, strategy.aggregation.algorithm
             number = self._algorithm_numbers.setdefault(algorithm, len(self._algorithm_numbers))
             prefix = (s.zero, s.fsdp, s.aggregation.bucket_size_bytes)
@@ -234,6 +254,20 @@ class SyncBuilder:
         )
         capacity = float(self.ctx.network.device(base.device({"pp": 0})).memory_bytes)
         return Sync(sync, table[..., 6], table[..., 7], np.full(table.shape[:2], capacity))
+
+    def _key_rows(self, mesh: Mesh, strategy: ShardedStrategy) -> _KeyRows:
+        """A mesh's rows for :meth:`build`: its :meth:`_staged` and the memos of its static
+        figures and sums, kept per mesh shape (:meth:`Meshes.shape`) and virtual stages, which
+        fix the stage types (what they read of the strategy besides, its tp and the model's ties,
+        is the mesh's or the search's), so structures of one shape share them."""
+        shape = self.meshes.shape(mesh)
+        if shape is None:
+            return _KeyRows(self._staged(mesh, strategy))
+        key = (shape, strategy.virtual_stages)
+        found = self._by_shape.get(key)
+        if found is None:
+            found = self._by_shape[key] = _KeyRows(self._staged(mesh, strategy))
+        return _KeyRows(found.found, statics=found.statics, sums=found.sums)
 
     def _staged(self, mesh: Mesh, strategy: ShardedStrategy) -> _Staged:
         """What every sync key on ``mesh`` shares: its stage types (:meth:`_stages`) and their

@@ -12,11 +12,13 @@ and a *sync* key (ZeRO, FSDP, algorithm, bucket: the data-parallel calls, the op
 state). Per structure the micro-batch keys' figures come from per-block figures as arrays
 (:mod:`~parplan.api.search.chunks`) and the sync keys' per kind of stage
 (:mod:`~parplan.api.search.stages`), both without laying a plan out and both equal to the layout
-path's bit for bit; then every candidate of the structure is assembled from them with numpy. Memory
-follows :func:`~parplan.plan.sharded.memory.stage_memory` term by term. Structures the array path
-does not cover (:func:`~parplan.api.search.chunks.applies`: blocks of two kinds, mixed devices)
-take the layout path: per micro-batch key one :func:`~parplan.plan.sharded.costs.layout_plan`,
-per sync key one :func:`~parplan.plan.sharded.costs.relayout_sync`, timed by a
+path's bit for bit (the builders and their memos kept from one evaluation to the next on a
+network: :mod:`~parplan.api.search.memo`); then every candidate of the structure is assembled
+from them with numpy. Memory follows :func:`~parplan.plan.sharded.memory.stage_memory` term by
+term. Structures the array path does not cover (:func:`~parplan.api.search.meshes.applies`:
+blocks of two kinds, mixed devices) take the layout path: per micro-batch key one
+:func:`~parplan.plan.sharded.costs.layout_plan`, per sync key one
+:func:`~parplan.plan.sharded.costs.relayout_sync`, timed by a
 :class:`~parplan.plan.sharded.clock.CollectiveClock` sharing congruent groups.
 """
 
@@ -30,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parplan.api.search.chunks import ChunkBuilder, Meshes, Micro, applies, group_of
+from parplan.api.search.chunks import Micro
+from parplan.api.search.memo import builders
+from parplan.api.search.meshes import applies, group_of
 from parplan.api.search.space import FSDP_MODES, RECOMPUTE_MODES, CandidateTable, _algorithms
-from parplan.api.search.stages import Sync, SyncBuilder
+from parplan.api.search.stages import Sync
 from parplan.api.sharded_analytic import (
     StageMicro,
     StageSync,
@@ -42,7 +46,7 @@ from parplan.api.sharded_analytic import (
     assemble_step,
     stage_micro,
 )
-from parplan.plan.sharded.clock import CollectiveClock, GroupClock, node_symmetry
+from parplan.plan.sharded.clock import CollectiveClock
 from parplan.plan.sharded.costs import CommCall, layout_plan, relayout_sync
 from parplan.plan.sharded.memory import (
     FRAGMENTATION_FRACTION,
@@ -50,6 +54,7 @@ from parplan.plan.sharded.memory import (
     stage_memory,
     sync_buffers,
 )
+from parplan.plan.sharded.symmetry import node_symmetry
 
 if TYPE_CHECKING:
     from parplan.config.search import SearchSpec
@@ -239,10 +244,8 @@ class _Evaluator:
         self.ctx, self.search, self.table = ctx, search, table
         self.times: dict[tuple[Any, ...], float] = {}
         shape = self.shape = transformer_shape(ctx)
-        clock = GroupClock(ctx.network, share_congruent=True)
-        self.chunks = ChunkBuilder(ctx, shape, clock)
-        self.meshes = Meshes(ctx.network)
-        self.stages = SyncBuilder(ctx, shape, clock, self.meshes)
+        kept = builders(ctx, search, shape)
+        self.chunks, self.stages, self.meshes = kept.chunks, kept.stages, kept.meshes
         tokens = float(ctx.training.global_batch_size * shape.sequence_length)
         self.flops = float(model_flops_per_token(shape)) * tokens
         device = ctx.network.device(ctx.network.devices[0])

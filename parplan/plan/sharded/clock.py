@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Sequence
-from functools import lru_cache
 from typing import Any
 
 from parplan.collectives.auto import AutoAlgorithm, AutoChoice
@@ -26,109 +25,33 @@ from parplan.plan.base import PlanContext
 from parplan.plan.sharded.blocks import bus_bytes
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import ShardedLayout
+from parplan.plan.sharded.symmetry import HashedTuple, node_symmetry, regular_node_size
 from parplan.topology.network import DeviceInfo, Network
 
 Params = tuple[float, float, float, bool, float | None, float | None]
 """A group's (alpha, beta, gamma, shared port, intra alpha, intra beta) for the closed forms."""
 
 _MISSING: Any = object()
-_NETWORK_CACHE: weakref.WeakKeyDictionary[Network, tuple[dict[Any, Any], dict[Any, Any], dict[Any, Any]]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per network: each group's (alpha, beta, gamma, shared port), NCCL system and ranks by node,
-kept for the next plan evaluated on the same cluster (a sweep evaluates many)."""
+_NETWORK_CACHE: weakref.WeakKeyDictionary[Network, tuple[dict[Any, Any], ...]] = weakref.WeakKeyDictionary()
+"""Per network: each group's (alpha, beta, gamma, shared port), NCCL system and ranks by node, each
+call's closed-form seconds (:func:`_closed_form`) and NCCL's ``auto`` picks (:func:`_auto_choice`),
+kept for the next plan evaluated on the same cluster (a sweep evaluates many) and gone with it (a
+new cluster, even an equal one, starts cold)."""
 _AUTO = AutoAlgorithm(name="auto")
-_SYMMETRY: weakref.WeakKeyDictionary[Network, tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per network: its nodes and each device's (node index, name inside the node) when every node is
-wired alike (:func:`node_symmetry`), else None."""
 _CANONICAL: weakref.WeakKeyDictionary[Network, dict[tuple[str, ...], tuple[str, ...]]] = (
     weakref.WeakKeyDictionary()
 )
 """Per network: groups and their congruent copies on the first nodes."""
-_EDGE_NAMES = ("channel", "channel_name")
+_RUNS: weakref.WeakKeyDictionary[Network, dict[tuple[int, int, int], tuple[str, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""Per network: the copies on the first nodes of runs of devices (:meth:`GroupClock.canonical_run`)."""
 _CHANNELS: weakref.WeakKeyDictionary[Network, dict[tuple[str, float, tuple[str, ...]], int]] = (
     weakref.WeakKeyDictionary()
 )
 """Per network: the NCCL channels of each (collective, size, group) (:meth:`GroupClock.channels`)."""
 
 
-class _Hashed(tuple):  # type: ignore[type-arg]
-    """A tuple whose hash is worked out once. A canonical group (hundreds of device names for a
-    data-parallel group) and its ranks by node key every cache of the clock, and a plain tuple
-    hashes all its items at every lookup; equal to, and hashing as, the plain tuple."""
-
-    _hash: int
-
-    def __new__(cls, items: Any) -> _Hashed:
-        self = super().__new__(cls, items)
-        self._hash = tuple.__hash__(self)
-        return self
-
-    def __hash__(self) -> int:
-        return self._hash
-
-
-def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
-    """The nodes and each device's (node index, element name) when exchanging any two nodes maps
-    the network onto itself: every element of a node is named ``NODE.NAME``, every node holds the
-    same elements with the same attributes and links, and links leave a node only to elements of
-    no node (NICs to the same rail or leaf switches, with the same attributes). Then a group's
-    figures depend only on which of its ranks share a node and at which position: a search keys
-    them on that. None when nodes differ (a fat tree's leaves, a torus, mixed nodes)."""
-    if network in _SYMMETRY:
-        return _SYMMETRY[network]
-    graph = network.graph
-    nodes = tuple(dict.fromkeys(str(graph.nodes[d].get("group") or "") for d in network.devices))
-    found: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
-    if "" not in nodes and len(nodes) > 1:
-        index = {n: k for k, n in enumerate(nodes)}
-        owners: dict[Any, tuple[int, str] | None] = {}  # each element's (node index, name in node)
-        elements: list[dict[str, dict[str, Any]]] = [{} for _ in nodes]  # name in node -> attributes
-        for name, attrs in graph.nodes(data=True):
-            head, _, tail = str(name).partition(".")
-            k = index.get(head)
-            where = owners[name] = None if k is None or not tail else (k, tail)
-            if where is not None:
-                kept = dict(attrs)
-                kept.pop("group", None)
-                elements[where[0]][where[1]] = kept
-        links: list[dict[tuple[Any, Any], dict[str, Any]]] = [{} for _ in nodes]  # (from, to) -> attributes
-        ok = True
-        for u, v, attrs in graph.edges(data=True):
-            a, b = owners[u], owners[v]
-            if a is None and b is None:
-                continue
-            kept = dict(attrs)
-            for key in _EDGE_NAMES:
-                kept.pop(key, None)
-            if a is not None:
-                if b is not None and a[0] != b[0]:
-                    ok = False  # nodes linked directly: not every permutation keeps the links
-                    break
-                links[a[0]][(a[1], b[1] if b is not None else ("", str(v)))] = kept
-            elif b is not None:
-                links[b[0]][(("", str(u)), b[1])] = kept
-        # the same elements and links, with the same attributes, on every node (names are unique
-        # in a node and a link's ends in the graph, so equal dicts are equal multisets)
-        ok = ok and all(e == elements[0] for e in elements[1:]) and all(k == links[0] for k in links[1:])
-        if ok:
-            devices = {d: owners[d] for d in network.devices}
-            if all(w is not None for w in devices.values()):
-                found = (nodes, {d: w for d, w in devices.items() if w is not None})
-    _SYMMETRY[network] = found
-    return found
-
-
-def _uses_groups(spec: Any, collective: str) -> bool:
-    """Whether ``spec`` (or the fallback of ``auto``) reads the ranks' node groups."""
-    from parplan.collectives.registry import get
-
-    return bool(get(spec.name, collective).uses_groups(spec))
-
-
-@lru_cache(maxsize=4096)
 def _closed_form(
     spec: Any,
     collective: str,
@@ -138,15 +61,17 @@ def _closed_form(
     transport: Any,
     params: Params,
     groups: tuple[tuple[int, ...], ...] | None,
+    choices: dict[Any, AutoChoice],
 ) -> float:
-    """One call's seconds (module docstring). Cached: congruent groups of a mesh share every
+    """One call's seconds (module docstring); ``choices``: the network's memo of ``auto``'s picks.
+    Memoised per network by :meth:`GroupClock._nccl`: congruent groups of a mesh share every
     argument."""
     from parplan.collectives.algorithm import UniformCost
     from parplan.collectives.registry import get
     from parplan.plan.collective import resolve_run
 
     if isinstance(spec, AutoAlgorithm) and system is not None:
-        choice = _auto_choice(spec, collective, size_bytes, system)
+        choice = _auto_choice(spec, collective, size_bytes, system, choices)
         if choice.nccl is not None:
             return choice.nccl.time_us * 1e-6 + float(transport.call_latency_s)
     run = resolve_run(spec, size_bytes, system, transport, collective=collective)
@@ -183,23 +108,27 @@ def _closed_form(
     return float(algorithm.time_s(run.spec, p, size_bytes, cost, groups)) + run.call_overhead_s
 
 
-@lru_cache(maxsize=4096)
-def _nccl_channels(collective: str, size_bytes: float, system: Any) -> int:
+def _nccl_channels(collective: str, size_bytes: float, system: Any, choices: dict[Any, AutoChoice]) -> int:
     """The channels NCCL's ``auto`` pick launches for one call (its runtime channels), 0 when its
-    model does not cover the call. Cached like :func:`_closed_form`."""
-    choice = _auto_choice(_AUTO, collective, size_bytes, system)
+    model does not cover the call."""
+    choice = _auto_choice(_AUTO, collective, size_bytes, system, choices)
     return choice.nccl.channels if choice.nccl is not None else 0
 
 
-@lru_cache(maxsize=4096)
-def _auto_choice(spec: AutoAlgorithm, collective: str, size_bytes: float, system: Any) -> AutoChoice:
-    """What ``auto`` picks for one call on ``system``: cached apart from :func:`_closed_form` and
-    :func:`_nccl_channels`, which both ask it for ``auto``'s default spec (a call's time and its
-    channels: one pick, not two)."""
-    from parplan.collectives.auto_collectives import choose_for
-    from parplan.collectives.registry import algorithms
+def _auto_choice(
+    spec: AutoAlgorithm, collective: str, size_bytes: float, system: Any, choices: dict[Any, AutoChoice]
+) -> AutoChoice:
+    """What ``auto`` picks for one call on ``system``, memoised in ``choices`` (the network's):
+    apart from :func:`_closed_form`, since it and :func:`_nccl_channels` both ask it for
+    ``auto``'s default spec (a call's time and its channels: one pick, not two)."""
+    key = (spec, collective, size_bytes, system)
+    found = choices.get(key)
+    if found is None:
+        from parplan.collectives.auto_collectives import choose_for
+        from parplan.collectives.registry import algorithms
 
-    return choose_for(spec, system, size_bytes, algorithms(collective), collective)
+        found = choices[key] = choose_for(spec, system, size_bytes, algorithms(collective), collective)
+    return found
 
 
 class GroupClock:
@@ -209,15 +138,21 @@ class GroupClock:
 
     def __init__(self, network: Network, *, share_congruent: bool = False) -> None:
         self.network = network
-        cache = _NETWORK_CACHE.setdefault(network, ({}, {}, {}))
+        cache = _NETWORK_CACHE.setdefault(network, ({}, {}, {}, {}, {}))
         self._params: dict[tuple[str, ...], Params] = cache[0]
         self._systems: dict[tuple[str, ...], Any] = cache[1]
         self._groups_by_node: dict[tuple[str, ...], tuple[tuple[int, ...], ...]] = cache[2]
+        self._forms: dict[tuple[Any, ...], float] = cache[3]
+        self._choices: dict[tuple[Any, ...], AutoChoice] = cache[4]
         self._symmetry: tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None = None
         self._canonical: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._node_size: int | None = None
+        self._runs: dict[tuple[int, int, int], tuple[str, ...]] = {}
         if share_congruent:
             self._symmetry = node_symmetry(network)
             self._canonical = _CANONICAL.setdefault(network, {})
+            self._node_size = regular_node_size(network)
+            self._runs = _RUNS.setdefault(network, {})
 
     def canonical(self, devices: tuple[str, ...]) -> tuple[str, ...]:
         """``devices`` moved to the first nodes in order of appearance, positions kept, when the
@@ -234,9 +169,28 @@ class GroupClock:
             for d in devices:
                 k, name = where[d]
                 out.append(f"{nodes[renumber.setdefault(k, len(renumber))]}.{name}")
-            found = self._canonical[devices] = _Hashed(out)
+            found = self._canonical[devices] = HashedTuple(out)
             self._canonical.setdefault(found, found)  # a canonical group is its own (idempotent)
         return found
+
+    def canonical_run(self, start: int, stride: int, count: int) -> tuple[str, ...]:
+        """:meth:`canonical` of the network's devices ``start, start + stride, ...`` (``count`` of
+        them, by index in its order), memoised on ``(start % g, stride, count)`` when the devices
+        are numbered node by node alike (:func:`~parplan.plan.sharded.symmetry.regular_node_size`,
+        ``g`` devices a node), which fixes the copy without reading the devices; else
+        :meth:`canonical` of the devices."""
+        size = self._node_size
+        if size is None:
+            return self.canonical(self._run(start, stride, count))
+        key = (start % size, stride, count)
+        found = self._runs.get(key)
+        if found is None:
+            found = self._runs[key] = self.canonical(self._run(start, stride, count))
+        return found
+
+    def _run(self, start: int, stride: int, count: int) -> tuple[str, ...]:
+        devices = self.network.devices
+        return tuple(devices[start + k * stride] for k in range(count))
 
     def _node_groups(self, devices: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
         """The ranks of ``devices`` by node (cached per cluster)."""
@@ -244,11 +198,16 @@ class GroupClock:
 
         found = self._groups_by_node.get(devices)
         if found is None:
-            # groups_by_node's keys, read off the graph (its DeviceInfo per device costs more than
-            # the grouping)
-            attrs = self.network.graph.nodes
-            keys = [("group", g) if (g := attrs[d].get("group")) else ("device", d) for d in devices]
-            found = _Hashed(tuple(g) for g in groups_by_key(keys))
+            keys: list[Any]
+            if self._symmetry is not None:  # every device on a node: its node's number
+                where = self._symmetry[1]
+                keys = [where[d][0] for d in devices]
+            else:
+                # groups_by_node's keys, read off the graph (its DeviceInfo per device costs more
+                # than the grouping)
+                attrs = self.network.graph.nodes
+                keys = [("group", g) if (g := attrs[d].get("group")) else ("device", d) for d in devices]
+            found = HashedTuple(tuple(g) for g in groups_by_key(keys))
             self._groups_by_node[devices] = found
         return found
 
@@ -338,7 +297,11 @@ class GroupClock:
         found = cache.get(key)
         if found is None:
             system = self._system(devices)
-            found = 0 if system is None else _nccl_channels(call.collective, call.size_bytes, system)
+            found = (
+                0
+                if system is None
+                else _nccl_channels(call.collective, call.size_bytes, system, self._choices)
+            )
             cache[key] = found
         return found
 
@@ -356,7 +319,7 @@ class GroupClock:
         if call.collective == "all_reduce" and call.axis in ("dp", "dp_cp", "edp", "dp_replicate"):
             spec = algorithm
         groups = self._node_groups(devices) if len(self._node_groups(devices)) > 1 else None
-        return _closed_form(
+        key = (
             spec,
             call.collective,
             len(devices),
@@ -366,6 +329,10 @@ class GroupClock:
             params,
             groups,
         )
+        found = self._forms.get(key)
+        if found is None:
+            found = self._forms[key] = _closed_form(*key, self._choices)
+        return found
 
 
 class CollectiveClock:

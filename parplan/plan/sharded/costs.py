@@ -187,23 +187,36 @@ def split_layers(layers: int, chunks: int) -> tuple[int, ...]:
 
 
 def block_figures(
-    ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo, layer: int = 0
+    ctx: PlanContext,
+    strategy: ShardedStrategy,
+    mesh: Mesh,
+    info: DeviceInfo,
+    layer: int = 0,
+    roof: Roofline | None = None,
 ) -> tuple[tuple[float, float, float, float, float], tuple[float, float], tuple[float, float]]:
     """One block's (forward, backward, recompute, attention forward, attention backward)
     seconds, and the embedding's and the head's (forward, backward), on ``info``: what
-    :func:`layout_plan` sums into chunks (the search sums them itself, as arrays)."""
-    roof = Roofline(ctx, strategy, transformer_shape(ctx), info)
+    :func:`layout_plan` sums into chunks (the search sums them itself, as arrays). ``roof``: the
+    :class:`Roofline` of ``strategy`` on ``info`` to read (it caches the block's ops, which
+    :func:`block_memory_share` reads too), else a new one."""
+    roof = roof or Roofline(ctx, strategy, transformer_shape(ctx), info)
     return roof.block(layer, mesh), roof.ends("embedding"), roof.ends("head")
 
 
 def block_memory_share(
-    ctx: PlanContext, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo, layer: int = 0
+    ctx: PlanContext,
+    strategy: ShardedStrategy,
+    mesh: Mesh,
+    info: DeviceInfo,
+    layer: int = 0,
+    roof: Roofline | None = None,
 ) -> float:
     """The memory-bound share of one block's kernel seconds on ``info``
     (:meth:`~parplan.plan.sharded.blocks.Roofline.memory_share`): what the collectives overlapping
     the blocks slow through the memory bandwidth they take; the layout's clock and the search read
-    the same figure."""
-    return Roofline(ctx, strategy, transformer_shape(ctx), info).memory_share(layer, mesh)
+    the same figure. ``roof``: as :func:`block_figures`'."""
+    roof = roof or Roofline(ctx, strategy, transformer_shape(ctx), info)
+    return roof.memory_share(layer, mesh)
 
 
 def _node_ids(ctx: PlanContext, shape: TransformerShape) -> tuple[str, tuple[str, ...], str]:

@@ -17,13 +17,14 @@ import numpy as np
 import pytest
 
 from parplan.api.search import vector
-from parplan.api.search.chunks import Meshes
+from parplan.api.search.meshes import Meshes
 from parplan.api.search.space import enumerate_space
 from parplan.api.search.stages import SyncBuilder, _sums
 from parplan.config.loader import load_cluster
 from parplan.config.strategy import ShardedStrategy
-from parplan.plan.sharded.clock import GroupClock, node_symmetry
+from parplan.plan.sharded.clock import GroupClock
 from parplan.plan.sharded.costs import transformer_shape
+from parplan.plan.sharded.symmetry import node_symmetry
 from parplan.plan.sharded.sync import (
     StageSync,
     UnitParams,

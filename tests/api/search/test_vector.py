@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from parplan.api.search import vector
-from parplan.api.search.chunks import Meshes, applies
+from parplan.api.search.meshes import Meshes, applies
 from parplan.api.search.space import CandidateTable, enumerate_space
 from parplan.api.search.vector import BOUND_NAMES, Evaluation, evaluate_candidates
 from parplan.api.sharded_analytic import evaluate_sharded
@@ -74,7 +74,7 @@ def test_equals_evaluate_sharded_in_the_whole_space(name: str) -> None:
 
 
 def test_reference_path_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Structures the array path does not cover (:func:`chunks.applies`) take the layout path, and
+    """Structures the array path does not cover (:func:`meshes.applies`) take the layout path, and
     both give the same figures, bit for bit."""
     _, ctx = sample("gpt3-175b-1024xa100")
     search = _search("gpt3-175b-1024xa100")
@@ -116,7 +116,7 @@ def test_order_of_rows_does_not_change_figures() -> None:
 
 @pytest.mark.parametrize("name", LLM_SAMPLES)
 def test_search_meshes_equal_build_mesh(name: str) -> None:
-    """:class:`chunks.Meshes` gives :func:`build_mesh`'s mesh for every structure of the space,
+    """:class:`meshes.Meshes` gives :func:`build_mesh`'s mesh for every structure of the space,
     with and without hybrid sharding."""
     _, ctx = sample(name)
     search = _search(name)
@@ -229,3 +229,25 @@ def test_network_setup_first_changes_no_figure() -> None:
     first, second = evaluate_candidates(fresh, search, table), evaluate_candidates(ctx, search, table)
     for f in fields(first):
         assert np.array_equal(getattr(first, f.name), getattr(second, f.name)), f.name
+
+
+def test_clock_memos_live_with_their_network_and_a_warm_evaluation_equals_a_cold_one() -> None:
+    """The clock's closed forms and NCCL picks are memoised per network (not per process): a
+    context built again starts cold, and an evaluation on warm memos equals the cold one bit
+    for bit."""
+    from parplan.api.evaluate import build_context
+    from parplan.plan.sharded import clock
+
+    scenario, _ = sample("llama3-70b-64xh100")
+    fresh = build_context(scenario)
+    assert fresh.network not in clock._NETWORK_CACHE
+    search = _search("llama3-70b-64xh100")
+    table, _ = enumerate_space(fresh, search)
+    cold = evaluate_candidates(fresh, search, table)
+    forms, choices = clock._NETWORK_CACHE[fresh.network][3:5]
+    assert forms and choices
+    assert build_context(scenario).network not in clock._NETWORK_CACHE
+    warm = evaluate_candidates(fresh, search, table)
+    for f in fields(cold):
+        assert np.array_equal(getattr(cold, f.name), getattr(warm, f.name)), f.name
+        assert getattr(cold, f.name).tobytes() == getattr(warm, f.name).tobytes(), f.name

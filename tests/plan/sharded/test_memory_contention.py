@@ -104,3 +104,20 @@ def test_the_clock_takes_the_calls_memory_traffic_from_the_compute() -> None:
     assert memory_s / seconds > c  # the ring's traffic takes more of the bandwidth than its SMs
     assert clock.compute_share(gather, 0) == pytest.approx(c + f * (memory_s / seconds - c))
     assert clock.stolen([gather], 0) == pytest.approx(seconds * (c + f * (memory_s / seconds - c)))
+
+
+@pytest.mark.parametrize("recompute", ["none", "selective", "full", "op"])
+def test_block_figures_and_memory_share_read_from_one_roofline_equal_fresh_ones(recompute: str) -> None:
+    """One :class:`Roofline` handed to both (the search's memo) gives what each computes alone."""
+    from parplan.plan.sharded.blocks import Roofline
+    from parplan.plan.sharded.costs import block_figures
+
+    ctx = _context()
+    strategy = _fsdp().model_copy(update={"recompute": recompute})
+    layout = layout_plan(ctx, strategy)
+    info = ctx.network.device(layout.mesh.devices[0])
+    roof = Roofline(ctx, strategy, transformer_shape(ctx), info)
+    share = block_memory_share(ctx, strategy, layout.mesh, info, roof=roof)  # the ops worked out here
+    figures = block_figures(ctx, strategy, layout.mesh, info, roof=roof)  # and read back here
+    assert figures == block_figures(ctx, strategy, layout.mesh, info)
+    assert share == block_memory_share(ctx, strategy, layout.mesh, info)
