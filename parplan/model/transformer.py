@@ -22,9 +22,17 @@ What is counted (``b`` micro-batch, ``S`` sequence, ``T = b S / cp`` local token
   (``flash_fwd_kernel.h``, ``n_block_max``), the backward's loop over query blocks of key block
   ``n`` starts at ``n kBlockN / kBlockM`` (``flash_bwd_kernel.h``, ``m_block_min``). So a query row
   meets ``(S + B) / 2`` keys on average for tiles of ``B`` = :data:`FLASH_CAUSAL_BLOCK` rows, not
-  ``S / 2`` (:func:`flash_causal_keys`: +1.6% at ``S`` = 8192, +3.1% at 4096); flash-attn 2.5.6.
-  Without flash attention, the score and context GEMMs compute the full ``S x S`` (masked entries
-  included) and a softmax kernel streams the scores. *Model* FLOPs (for MFU) are a separate convention:
+  ``S / 2`` (:func:`flash_causal_keys`: +1.6% at ``S`` = 8192, +3.1% at 4096). Its backward runs two
+  memory-bound kernels beside the main one (``run_flash_bwd_seqk_parallel`` in
+  ``flash_bwd_launch_template.h``; ``flash_bwd_preprocess_kernel.h``): ``dot_do_o`` reads ``dO`` and
+  ``O`` for the row sums and zeroes the fp32 ``dQ`` accumulator the main kernel adds into across key
+  blocks; ``convert_dQ`` turns that accumulator into ``dQ`` (:func:`flash_backward_passes`; ops
+  with no forward work). Source: flash-attn 2.5.6. The FlashAttention-2 paper's rates
+  (:data:`~parplan.plan.compute.ATTENTION_BACKWARD_RATE`) time the main kernel's FLOPs here; its
+  benchmark timed the whole call, where at its longest sequence (16k, no mask) the two small
+  kernels are about 1% of the backward, so that much is counted twice there. Without
+  flash attention, the score and context GEMMs compute the full ``S x S`` (masked entries included)
+  and a softmax kernel streams the scores. *Model* FLOPs (for MFU) are a separate convention:
   :func:`model_flops_per_token` counts the full ``S x S`` as Megatron-LM, Calculon and PaLM do.
 - Context parallelism (ring attention): each rank holds ``S / cp`` queries and sees every key, so
   its attention work is ``1 / cp`` of the whole; K and V of the whole sequence stream through it.
@@ -340,6 +348,9 @@ class Op:
     backward_bytes_factor: float = 1.0
     kernel: str | None = None
     """The implementation when it sets the rate (``flash2``: PyTorch SDPA's FlashAttention-2)."""
+    backward_bytes_moved: float | None = None
+    """Bytes of a kernel only the backward runs (its forward moves nothing, so no factor of the
+    forward's bytes gives them): FlashAttention-2's backward pre- and post-processing."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, e: float, *, weight_copies: float = 1.0) -> Op:
@@ -475,6 +486,20 @@ def flash_causal_keys(sequence: int, head_dim: int) -> float:
     return pairs / sequence
 
 
+def flash_backward_passes(elements: float, rows: float, e: float) -> tuple[Op, Op]:
+    """FlashAttention-2's backward's two memory-bound kernels beside its main one, for ``elements``
+    query elements (rows x head dimension) in ``rows`` rows of ``e`` bytes: ``dot_do_o`` reads
+    ``dO`` and ``O``, writes the fp32 row sums and zeroes the fp32 ``dQ`` accumulator
+    (``2e + 4`` bytes an element); ``convert_dQ`` reads the accumulator and writes ``dQ``
+    (``4 + e``). Their forward moves nothing (module docstring).
+    """
+    f = FP32_BYTES
+    prep_bytes = (2.0 * e + f) * elements + f * rows
+    prep = Op("attention_bwd_prep", "elementwise", 0.0, 0.0, backward_bytes_moved=prep_bytes)
+    convert = Op("attention_bwd_dq", "elementwise", 0.0, 0.0, backward_bytes_moved=(f + e) * elements)
+    return prep, convert
+
+
 def attention_ops(
     shape: TransformerShape,
     *,
@@ -510,6 +535,7 @@ def attention_ops(
                 backward_bytes_factor=BACKWARD_BYTES["attention"],
                 kernel="flash2" if kernels == "eager" else None,  # PyTorch's SDPA
             ),
+            *flash_backward_passes(rows * hd, rows, e),
         )
     scores = rows * s
     mask = (e + MASK_BYTES) if shape.dropout else 0.0

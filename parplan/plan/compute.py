@@ -413,9 +413,12 @@ def op_seconds(device: DeviceInfo, op: Op, dtype: str, *, backward: bool = False
     """Seconds of one kernel on ``device`` at ``dtype`` (its backward with ``backward``): the roofline
     of the module docstring, plus :data:`KERNEL_LAUNCH_S` (twice for a GEMM's backward: two GEMMs,
     each timed at its own shape, :func:`backward_gemm_shapes`; a fused attention's backward at
-    :data:`ATTENTION_BACKWARD_RATE` of its forward's rate). No straggler jitter: the plan applies it."""
+    :data:`ATTENTION_BACKWARD_RATE` of its forward's rate; a kernel only the backward runs moves its
+    ``backward_bytes_moved``). No straggler jitter: the plan applies it."""
     flops = op.flops * (op.backward_flops_factor if backward else 1.0)
     moved = op.bytes_moved * (op.backward_bytes_factor if backward else 1.0)
+    if backward and op.backward_bytes_moved is not None:
+        moved = op.backward_bytes_moved
     if flops <= 0.0 and moved <= 0.0:
         return 0.0
     speed = device.speed_factor

@@ -1,5 +1,6 @@
-"""FlashAttention-2's work under a causal mask beyond the mask's half (whole diagonal tiles,
-flash-attn 2.5.6), as :mod:`parplan.model.transformer` counts it."""
+"""FlashAttention-2's work under a causal mask beyond the mask's half (whole diagonal tiles) and its
+backward's two memory-bound kernels (flash-attn 2.5.6), as :mod:`parplan.model.transformer` counts
+them and :func:`parplan.plan.compute.op_seconds` times them."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ from hypothesis import strategies as st
 
 from parplan.model.transformer import (
     FLASH_CAUSAL_BLOCK,
+    Kernels,
     TransformerShape,
     attention_ops,
+    flash_backward_passes,
     flash_causal_block,
     flash_causal_keys,
 )
+from parplan.plan.compute import KERNEL_LAUNCH_S, MEMORY_EFFICIENCY, op_seconds
+from parplan.topology.network import DeviceInfo
 
 
 def _pairs_by_tiles(sequence: int, block: int) -> int:
@@ -69,3 +74,30 @@ def test_flash_core_counts_the_diagonal_tiles() -> None:
     rows = 2 * 8192 * 16  # tokens x local heads
     assert attention.flops == 4.0 * rows * (8192 + 128) / 2 * 128
     assert attention.gemm_mnk == (rows, (8192 + 128) // 2, 128)
+
+
+@pytest.mark.parametrize("kernels", ["fused", "eager"])
+def test_flash_core_lists_its_backward_kernels(kernels: Kernels) -> None:
+    ops = attention_ops(_llama(), microbatch=2, tp=2, cp=1, flash_attention=True, kernels=kernels)
+    names = [op.name for op in ops]
+    assert names[-3:] == ["attention", "attention_bwd_prep", "attention_bwd_dq"]
+    attention = ops[-3]
+    rows = 2 * 8192 * 16  # tokens x local heads
+    assert attention.flops == 4.0 * rows * (8192 + 128) / 2 * 128
+    prep, convert = ops[-2:]
+    elements = rows * 128
+    assert prep.backward_bytes_moved == (2 * 2 + 4) * elements + 4 * rows  # dO, O; zeroed fp32 dQ
+    assert convert.backward_bytes_moved == (4 + 2) * elements  # fp32 accumulator in, bf16 dQ out
+    assert prep.kind == convert.kind == "elementwise"
+    unfused = attention_ops(_llama(), microbatch=2, tp=2, cp=1, flash_attention=False, kernels=kernels)
+    assert not any(op.name.startswith("attention_bwd") for op in unfused)
+
+
+def test_backward_only_kernels_cost_nothing_forward_and_stream_their_bytes_backward() -> None:
+    device = DeviceInfo("g", 1e15, 0.5, 1.0, 8e10, 2e12, None, sm_count=100)
+    prep, convert = flash_backward_passes(1e8, 1e6, 2.0)
+    for op in (prep, convert):
+        assert op_seconds(device, op, "bf16") == 0.0
+        assert op.backward_bytes_moved is not None
+        expected = op.backward_bytes_moved / (2e12 * MEMORY_EFFICIENCY) + KERNEL_LAUNCH_S
+        assert op_seconds(device, op, "bf16", backward=True) == pytest.approx(expected)
