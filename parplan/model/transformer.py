@@ -30,7 +30,10 @@ What is counted (``b`` micro-batch, ``S`` sequence, ``T = b S / cp`` local token
   with no forward work). Source: flash-attn 2.5.6. The FlashAttention-2 paper's rates
   (:data:`~parplan.plan.compute.ATTENTION_BACKWARD_RATE`) time the main kernel's FLOPs here; its
   benchmark timed the whole call, where at its longest sequence (16k, no mask) the two small
-  kernels are about 1% of the backward, so that much is counted twice there. Without
+  kernels are about 1% of the backward, so that much is counted twice there. The causal tiles'
+  unequal work leaves the last SMs busy after the others: ``causal_grid`` lets the roofline time
+  that tail (:mod:`parplan.plan.tiles`; not with context parallelism, whose ring steps pair
+  chunks differently). Without
   flash attention, the score and context GEMMs compute the full ``S x S`` (masked entries included)
   and a softmax kernel streams the scores. *Model* FLOPs (for MFU) are a separate convention:
   :func:`model_flops_per_token` counts the full ``S x S`` as Megatron-LM, Calculon and PaLM do.
@@ -351,6 +354,9 @@ class Op:
     backward_bytes_moved: float | None = None
     """Bytes of a kernel only the backward runs (its forward moves nothing, so no factor of the
     forward's bytes gives them): FlashAttention-2's backward pre- and post-processing."""
+    causal_grid: tuple[int, int] | None = None
+    """A causal FlashAttention-2 launch as (batch x heads, tiles per head): its blocks' work grows
+    with the tile index (:mod:`parplan.plan.tiles`)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, e: float, *, weight_copies: float = 1.0) -> Op:
@@ -500,6 +506,12 @@ def flash_backward_passes(elements: float, rows: float, e: float) -> tuple[Op, O
     return prep, convert
 
 
+def _causal_grid(shape: TransformerShape, microbatch: int, heads: float) -> tuple[int, int]:
+    """FlashAttention-2's launch grid of a causal core: ``b x h`` rows of ``S / block`` tiles."""
+    tiles = math.ceil(shape.sequence_length / flash_causal_block(shape.head_dim))
+    return max(1, round(microbatch * heads)), tiles
+
+
 def attention_ops(
     shape: TransformerShape,
     *,
@@ -534,6 +546,7 @@ def attention_ops(
                 backward_flops_factor=BACKWARD_FLOPS["attention"],
                 backward_bytes_factor=BACKWARD_BYTES["attention"],
                 kernel="flash2" if kernels == "eager" else None,  # PyTorch's SDPA
+                causal_grid=_causal_grid(shape, microbatch, heads) if cp == 1 else None,
             ),
             *flash_backward_passes(rows * hd, rows, e),
         )
