@@ -15,12 +15,28 @@ What is counted (``b`` micro-batch, ``S`` sequence, ``T = b S / cp`` local token
   Megatron's split: QKV and the first FFN matrix split their columns over ``tp``, the output
   projection and the second FFN matrix their rows; SwiGLU's gate and up matrices run as one GEMM
   (eager: as the PyTorch models write them, ``wq``/``wk``/``wv`` and ``w1``/``w3`` separate GEMMs).
-- Attention: with ``flash_attention`` one fused kernel whose FLOPs are what FlashAttention executes
-  under a causal mask: half of ``4 b S_q S h`` (the masked blocks are skipped), and whose bytes are
-  Q, K, V and the output once. Without it, the score and context GEMMs compute the full ``S x S``
-  (masked entries included) and a softmax kernel streams the scores. *Model* FLOPs (for MFU) are a
-  separate convention: :func:`model_flops_per_token` counts the full ``S x S`` as Megatron-LM,
-  Calculon and PaLM do.
+- Attention: with ``flash_attention`` one fused kernel whose FLOPs are what FlashAttention-2
+  executes under a causal mask, and whose bytes are Q, K, V and the output once. It skips the tiles
+  above the diagonal but computes the diagonal tiles whole and masks them after: the forward's loop
+  over key blocks of query block ``m`` stops at ``ceil_div((m + 1) kBlockM, kBlockN)``
+  (``flash_fwd_kernel.h``, ``n_block_max``), the backward's loop over query blocks of key block
+  ``n`` starts at ``n kBlockN / kBlockM`` (``flash_bwd_kernel.h``, ``m_block_min``). So a query row
+  meets ``(S + B) / 2`` keys on average for tiles of ``B`` = :data:`FLASH_CAUSAL_BLOCK` rows, not
+  ``S / 2`` (:func:`flash_causal_keys`: +1.6% at ``S`` = 8192, +3.1% at 4096). Its backward runs two
+  memory-bound kernels beside the main one (``run_flash_bwd_seqk_parallel`` in
+  ``flash_bwd_launch_template.h``; ``flash_bwd_preprocess_kernel.h``): ``dot_do_o`` reads ``dO`` and
+  ``O`` for the row sums and zeroes the fp32 ``dQ`` accumulator the main kernel adds into across key
+  blocks; ``convert_dQ`` turns that accumulator into ``dQ`` (:func:`flash_backward_passes`; ops
+  with no forward work). Source: flash-attn 2.5.6. The FlashAttention-2 paper's rates
+  (:data:`~parplan.plan.compute.ATTENTION_BACKWARD_RATE`) time the main kernel's FLOPs here; its
+  benchmark timed the whole call, where at its longest sequence (16k, no mask) the two small
+  kernels are about 1% of the backward, so that much is counted twice there. The causal tiles'
+  unequal work leaves the last SMs busy after the others: ``causal_grid`` lets the roofline time
+  that tail (:mod:`parplan.plan.tiles`; not with context parallelism, whose ring steps pair
+  chunks differently). Without
+  flash attention, the score and context GEMMs compute the full ``S x S`` (masked entries included)
+  and a softmax kernel streams the scores. *Model* FLOPs (for MFU) are a separate convention:
+  :func:`model_flops_per_token` counts the full ``S x S`` as Megatron-LM, Calculon and PaLM do.
 - Context parallelism (ring attention): each rank holds ``S / cp`` queries and sees every key, so
   its attention work is ``1 / cp`` of the whole; K and V of the whole sequence stream through it.
 - Norms, GELU/SwiGLU, dropout and residual adds are memory bound; their FLOPs are small estimates
@@ -111,8 +127,16 @@ FP32_BYTES = 4.0
 """Bytes of an fp32 element: eager code upcasts norms, RoPE and the loss to it."""
 
 CAUSAL_FRACTION = 0.5
-"""Share of the ``S x S`` score blocks FlashAttention computes under a causal mask (the diagonal
-blocks' extra half is ignored: ``(S + block) / 2S`` tends to 1/2 for long sequences)."""
+"""Share of the ``S x S`` scores a causal mask keeps (``(S + 1) / 2S``, 1/2 for long sequences);
+FlashAttention-2 computes whole tiles along the diagonal beyond it (:func:`flash_causal_keys`)."""
+
+FLASH_CAUSAL_BLOCK = 128
+"""Tile rows along the causal diagonal of FlashAttention-2 at head dimensions up to 128 on A100 and
+H100 (which runs FA2's sm80 kernels): the forward's ``kBlockM`` (``Flash_fwd_kernel_traits<Headdim,
+128, 64, 4, ...>`` in ``run_mha_fwd_hdim128``, 128 x 128 at 64) and the backward's ``kBlockN``
+(``Flash_bwd_kernel_traits<Headdim, 64, 128, ...>`` in ``run_mha_bwd_hdim128`` with 144 KiB of
+shared memory a block, 128 x 128 at 64); head dimensions above 128 use 64-key backward tiles
+(``flash_fwd_launch_template.h``, ``flash_bwd_launch_template.h``, flash-attn 2.5.6)."""
 
 BACKWARD_FLOPS: dict[str, float] = {
     "gemm": 2.0,
@@ -327,6 +351,12 @@ class Op:
     backward_bytes_factor: float = 1.0
     kernel: str | None = None
     """The implementation when it sets the rate (``flash2``: PyTorch SDPA's FlashAttention-2)."""
+    backward_bytes_moved: float | None = None
+    """Bytes of a kernel only the backward runs (its forward moves nothing, so no factor of the
+    forward's bytes gives them): FlashAttention-2's backward pre- and post-processing."""
+    causal_grid: tuple[int, int] | None = None
+    """A causal FlashAttention-2 launch as (batch x heads, tiles per head): its blocks' work grows
+    with the tile index (:mod:`parplan.plan.tiles`)."""
 
 
 def _gemm(name: str, m: float, n: float, k: float, e: float, *, weight_copies: float = 1.0) -> Op:
@@ -436,6 +466,52 @@ def _repeat_kv(shape: TransformerShape, tokens: float, heads: float, kv: float) 
     return (_memory_op("repeat_kv", "elementwise", 2.0 * tokens * heads * hd, 0.0, copy),)
 
 
+def flash_causal_block(head_dim: int) -> int:
+    """Rows of the tile along which FlashAttention-2 walks the causal diagonal: its forward's query
+    block (``kBlockM``) and its backward's key block (``kBlockN``), :data:`FLASH_CAUSAL_BLOCK` up to
+    head dimension 128, 64 above (module docstring).
+
+    >>> flash_causal_block(128), flash_causal_block(256)
+    (128, 64)
+    """
+    return FLASH_CAUSAL_BLOCK if head_dim <= 128 else FLASH_CAUSAL_BLOCK // 2
+
+
+def flash_causal_keys(sequence: int, head_dim: int) -> float:
+    """Keys FlashAttention-2 multiplies per query row under a causal mask, on average: whole tiles
+    of :func:`flash_causal_block` rows up to and including the diagonal one, so
+    ``(S + block) / 2`` for ``S`` a multiple of the block (every key of a sequence shorter than one
+    tile), where the mask itself keeps ``(S + 1) / 2`` (module docstring).
+
+    >>> flash_causal_keys(8192, 128), flash_causal_keys(16, 128)
+    (4160.0, 16.0)
+    """
+    block = flash_causal_block(head_dim)
+    tiles = math.ceil(sequence / block)
+    pairs = block * block * (tiles - 1) * tiles / 2.0 + (sequence - (tiles - 1) * block) * sequence
+    return pairs / sequence
+
+
+def flash_backward_passes(elements: float, rows: float, e: float) -> tuple[Op, Op]:
+    """FlashAttention-2's backward's two memory-bound kernels beside its main one, for ``elements``
+    query elements (rows x head dimension) in ``rows`` rows of ``e`` bytes: ``dot_do_o`` reads
+    ``dO`` and ``O``, writes the fp32 row sums and zeroes the fp32 ``dQ`` accumulator
+    (``2e + 4`` bytes an element); ``convert_dQ`` reads the accumulator and writes ``dQ``
+    (``4 + e``). Their forward moves nothing (module docstring).
+    """
+    f = FP32_BYTES
+    prep_bytes = (2.0 * e + f) * elements + f * rows
+    prep = Op("attention_bwd_prep", "elementwise", 0.0, 0.0, backward_bytes_moved=prep_bytes)
+    convert = Op("attention_bwd_dq", "elementwise", 0.0, 0.0, backward_bytes_moved=(f + e) * elements)
+    return prep, convert
+
+
+def _causal_grid(shape: TransformerShape, microbatch: int, heads: float) -> tuple[int, int]:
+    """FlashAttention-2's launch grid of a causal core: ``b x h`` rows of ``S / block`` tiles."""
+    tiles = math.ceil(shape.sequence_length / flash_causal_block(shape.head_dim))
+    return max(1, round(microbatch * heads)), tiles
+
+
 def attention_ops(
     shape: TransformerShape,
     *,
@@ -458,7 +534,7 @@ def attention_ops(
     qo_bytes = 2.0 * tokens * heads * hd * e
     kv_bytes = 2.0 * b * s * kv * hd * e  # the whole sequence's K and V (ring attention streams it)
     if flash_attention:
-        keys = s * CAUSAL_FRACTION
+        keys = flash_causal_keys(s, hd)
         return (
             *layout,
             Op(
@@ -470,7 +546,9 @@ def attention_ops(
                 backward_flops_factor=BACKWARD_FLOPS["attention"],
                 backward_bytes_factor=BACKWARD_BYTES["attention"],
                 kernel="flash2" if kernels == "eager" else None,  # PyTorch's SDPA
+                causal_grid=_causal_grid(shape, microbatch, heads) if cp == 1 else None,
             ),
+            *flash_backward_passes(rows * hd, rows, e),
         )
     scores = rows * s
     mask = (e + MASK_BYTES) if shape.dropout else 0.0

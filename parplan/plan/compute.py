@@ -28,7 +28,8 @@ Every strategy expander converts work to seconds here, so one set of assumptions
   device), times the wave quantisation of 256 x 128 output tiles (:data:`GEMM_TILE_M`) over the
   SMs once a GEMM has more tiles than SMs (the last wave runs partly empty). A GEMM's backward is
   two GEMMs, each at its own shape (:func:`backward_gemm_shapes`); a fused attention's backward
-  runs at :data:`ATTENTION_BACKWARD_RATE` of its forward's rate. This path is separate from the
+  runs at :data:`ATTENTION_BACKWARD_RATE` of its forward's rate; a causal FlashAttention-2 kernel's
+  unequal tiles stretch its last wave (:mod:`parplan.plan.tiles`). This path is separate from the
   whole-model ``efficiency`` above, which stays as it is for every other plan.
 - **Power cap** (:func:`tensor_clock_scale`): a device run under a ``power_limit_watts`` below its
   datasheet ``tdp_watts`` runs its tensor-core kernels (GEMMs, attention) at
@@ -84,6 +85,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parplan.errors import PlanError
+from parplan.plan.tiles import causal_tile_waves
 
 if TYPE_CHECKING:
     from parplan.config.model import ModelSpec
@@ -413,9 +415,12 @@ def op_seconds(device: DeviceInfo, op: Op, dtype: str, *, backward: bool = False
     """Seconds of one kernel on ``device`` at ``dtype`` (its backward with ``backward``): the roofline
     of the module docstring, plus :data:`KERNEL_LAUNCH_S` (twice for a GEMM's backward: two GEMMs,
     each timed at its own shape, :func:`backward_gemm_shapes`; a fused attention's backward at
-    :data:`ATTENTION_BACKWARD_RATE` of its forward's rate). No straggler jitter: the plan applies it."""
+    :data:`ATTENTION_BACKWARD_RATE` of its forward's rate; a kernel only the backward runs moves its
+    ``backward_bytes_moved``). No straggler jitter: the plan applies it."""
     flops = op.flops * (op.backward_flops_factor if backward else 1.0)
     moved = op.bytes_moved * (op.backward_bytes_factor if backward else 1.0)
+    if backward and op.backward_bytes_moved is not None:
+        moved = op.backward_bytes_moved
     if flops <= 0.0 and moved <= 0.0:
         return 0.0
     speed = device.speed_factor
@@ -433,6 +438,8 @@ def op_seconds(device: DeviceInfo, op: Op, dtype: str, *, backward: bool = False
     else:
         rate = device.peak_for("fp32") or device.peak_flop_per_s
     compute_s = flops / (rate * speed) if flops > 0.0 else 0.0
+    if op.causal_grid is not None and device.sm_count:  # unequal causal tiles: a longer last wave
+        compute_s *= causal_tile_waves(*op.causal_grid, device.sm_count, descending=backward)
     memory_s = moved / bandwidth_Bps if moved > 0.0 else 0.0
     launches = 2 if backward and op.kind == "gemm" else 1
     return max(compute_s, memory_s) + launches * KERNEL_LAUNCH_S
