@@ -148,7 +148,7 @@ def _symmetric(network: Any, devices: Any, p: int, call_s: float) -> dict[str, A
 def run_case(topology: str, p: int, transport: str) -> dict[str, Any]:
     """Build and simulate one case in this process (on its quotient when it is symmetric);
     returns its figures."""
-    from parplan.plan.collective import call_overhead_s
+    from parplan.plan.collective_run import call_overhead_s
     from parplan.topology.build import build_network
 
     t0 = time.perf_counter()

@@ -42,7 +42,8 @@ ENGINE_SCALE_IMPORTS = """
 from parplan.collectives.registry import build_schedule
 from parplan.config.cluster import ClusterSpec
 from parplan.engine.simulate import simulate
-from parplan.plan.collective import call_overhead_s, collective_taskgraph
+from parplan.plan.collective import collective_taskgraph
+from parplan.plan.collective_run import call_overhead_s
 from parplan.topology.build import build_network
 device = {"peak_flops": "312 TFLOP/s", "memory": "80 GiB", "memory_bandwidth": "2 TB/s"}
 link = {"bandwidth": "50 GB/s", "latency": "500 ns"}

@@ -26,7 +26,7 @@ from parplan.collectives.specs import parse_algorithm
 from parplan.config.units import format_bytes
 from parplan.engine.result import SimResult, algorithm_bandwidth, bus_bandwidth
 from parplan.errors import CollectiveError, ParplanError, UsageError
-from parplan.plan.collective import CollectiveRun, resolve_run
+from parplan.plan.collective_run import CollectiveRun, resolve_run
 from parplan.taskgraph import TaskGraph
 from parplan.topology.network import Network
 

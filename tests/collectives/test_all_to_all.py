@@ -23,7 +23,7 @@ from parplan.collectives.nccl_search import NcclSystem
 from parplan.collectives.registry import build_schedule, schedules
 from parplan.config.cluster import TransportCosts
 from parplan.errors import CollectiveError
-from parplan.plan.collective import call_overhead_s, resolve_run
+from parplan.plan.collective_run import call_overhead_s, resolve_run
 from tests.collectives.cases import dep_lists, inputs, random_groups, run_and_check, with_deps
 
 ALGORITHMS = {"pairwise": PAIRWISE, "ring": RING, "bruck": BRUCK, "hierarchical": HIERARCHICAL}

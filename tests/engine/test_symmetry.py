@@ -20,7 +20,8 @@ from parplan.engine.allocator import max_min_rates
 from parplan.engine.result import SimResult
 from parplan.engine.simulate import simulate
 from parplan.engine.symmetry import find_quotient
-from parplan.plan.collective import call_overhead_s, collective_taskgraph
+from parplan.plan.collective import collective_taskgraph
+from parplan.plan.collective_run import call_overhead_s
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
 from parplan.topology.placement import place

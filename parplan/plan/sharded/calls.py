@@ -3,7 +3,7 @@ event-simulated step (:mod:`parplan.plan.sharded.tasks`).
 
 :class:`CallTimer` gives the seconds a call takes in its group, once per (call, size, stage): it
 lowers one instance on the group's devices through the registry and ``auto``
-(:func:`parplan.plan.collective.resolve_run`: NCCL's pick of algorithm, protocol and channels; the
+(:func:`parplan.plan.collective_run.resolve_run`: NCCL's pick of algorithm, protocol and channels; the
 data-parallel algorithm for gradient all-reduces) and simulates it with the engine
 (``ctx.simulator``), so a replayed call costs what the engine's own rules say; without a simulator,
 or for all-to-all and send/recv (no schedule in the registry), the closed form of
@@ -75,7 +75,7 @@ def call_run(ctx: PlanContext, layout: ShardedLayout, call: CommCall, devices: S
     """(algorithm spec, run) of ``call`` on ``devices``: the data-parallel algorithm for gradient
     all-reduces, NCCL's ``auto`` pick otherwise."""
     from parplan.collectives.auto import AutoAlgorithm
-    from parplan.plan.collective import resolve_run
+    from parplan.plan.collective_run import resolve_run
     from parplan.topology.nccl_system import nccl_system
 
     spec: Any = AutoAlgorithm(name="auto")

@@ -68,7 +68,7 @@ def _closed_form(
     argument."""
     from parplan.collectives.algorithm import UniformCost
     from parplan.collectives.registry import get
-    from parplan.plan.collective import resolve_run
+    from parplan.plan.collective_run import resolve_run
 
     if isinstance(spec, AutoAlgorithm) and system is not None:
         choice = _auto_choice(spec, collective, size_bytes, system, choices)

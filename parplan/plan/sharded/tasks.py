@@ -12,7 +12,7 @@ device at TP rank 0 and CP rank 0. GPT-3 175B at TP 8 x PP 8 x DP 16 has 128 rep
   once-per-step collectives whose group is made of representatives only (the data-parallel
   gradient buckets, ZeRO-1/2's parameter all-gather, the tied-embedding all-reduce between first
   and last stage when CP is 1), lowered through the registry and ``auto``
-  (:func:`parplan.plan.collective.resolve_run`, :func:`~parplan.plan.collective.lower_schedule`),
+  (:func:`parplan.plan.collective_run.resolve_run`, :func:`~parplan.plan.collective.lower_schedule`),
   so pipeline and data-parallel traffic share the NICs and switches as they do on the cluster.
 - **Replayed** (compute tasks of a known duration): TP/SP, CP and EP calls of every chunk, and
   ZeRO-3/FSDP's per-micro-batch gathers and reduce-scatters, and any once-per-step call whose

@@ -79,7 +79,7 @@ from parplan.runtime.batching import speed_shares
 from parplan.taskgraph import COMPUTE, TaskGraphBuilder, constant
 
 if TYPE_CHECKING:
-    from parplan.plan.collective import CollectiveRun
+    from parplan.plan.collective_run import CollectiveRun
 
 
 def round_robin_sizes(samples: int, replicas: int) -> list[int]:
@@ -211,7 +211,7 @@ def allreduce_buckets(
 
 class _BucketAlgorithm:
     """The aggregation algorithm per bucket size, timed as ``parplan collective`` times a call
-    (:func:`parplan.plan.collective.resolve_run`): ``auto`` asks NCCL's tuner on the system the
+    (:func:`parplan.plan.collective_run.resolve_run`): ``auto`` asks NCCL's tuner on the system the
     replicas form (:mod:`parplan.topology.nccl_system`) for the schedule, protocol and channels
     at each bucket's size; any other algorithm runs as named. Every call pays the cluster
     transport's per-call cost (zero under ``ideal``)."""
@@ -234,7 +234,7 @@ class _BucketAlgorithm:
         """The run of a bucket of ``size_bytes`` and the name reports show for it."""
         found = self._cache.get(size_bytes)
         if found is None:
-            from parplan.plan.collective import resolve_run
+            from parplan.plan.collective_run import resolve_run
 
             run = resolve_run(self._algorithm, size_bytes, self._system, self._transport)
             found = self._cache[size_bytes] = (run, run.chosen or self._label)
