@@ -206,18 +206,9 @@ class Flows:
             if self.log is not None:
                 self.log.add_bytes(rids, sizes)
         # No _sync: rates change only in _recompute, which syncs first, and these slots' rate is 0.
-        if len(tasks) == 1 and self.n_live < len(self.s_task):  # the next slot, as _take_slots(1) gives
-            i = self.n_live
-            self.n_live += 1
-            self.s_task[i] = tasks[0]
-            self.s_rid[i] = rids[0]
-            self.s_start[i] = now
-            self.s_rem[i] = sizes[0]
-            self.dirty = True
-            return
         slots = self._take_slots(len(tasks))
-        if len(slots) == 1:
-            i = int(slots[0])
+        if len(tasks) == 1:  # scalar writes beat four slice assignments
+            i = slots.start
             self.s_task[i] = tasks[0]
             self.s_rid[i] = rids[0]
             self.s_start[i] = now
@@ -338,10 +329,7 @@ class Flows:
         busy time up to now; back to the exclusive regime when no channel is shared any more."""
         self.dirty = False
         now = self.kernel.now
-        dt = now - self.t_sync  # _sync, inlined: this runs at most instants of a shared run
-        if dt > 0 and len(self.s_rem):
-            self.s_rem -= self.s_rate * dt
-        self.t_sync = now
+        self._sync()
         if self.alloc is not None:
             self.alloc.busy_s += now - self.t_used
             if self.log is not None:
@@ -428,9 +416,9 @@ class Flows:
         self.s_rem[new:old] = 0.0
         self.s_finish[new:old] = math.inf
 
-    def _take_slots(self, k: int) -> IntArray:
+    def _take_slots(self, k: int) -> slice:
         """``k`` free flow slots, the next ones after the moving flows' (growing the slot arrays
-        when needed)."""
+        when needed), as the slice of them."""
         old = len(self.s_task)
         if self.n_live + k > old:
             new = max(2 * old, old + k, 64)
@@ -441,6 +429,6 @@ class Flows:
             self.s_rem = np.concatenate([self.s_rem, np.zeros(grow)])
             self.s_rate = np.concatenate([self.s_rate, np.zeros(grow)])
             self.s_finish = np.concatenate([self.s_finish, np.full(grow, math.inf)])
-        slots = np.arange(self.n_live, self.n_live + k)
+        slots = slice(self.n_live, self.n_live + k)
         self.n_live += k
         return slots
