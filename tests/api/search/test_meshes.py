@@ -16,8 +16,7 @@ from parplan.plan.sharded.clock import GroupClock
 from parplan.plan.sharded.mesh import build_mesh
 from parplan.plan.sharded.symmetry import node_symmetry, regular_node_size
 from parplan.topology.build import build_network
-from tests.api.search.helpers import LLM_SAMPLES, ROOT, sample
-from tests.api.search.test_vector import _search
+from tests.api.search.helpers import LLM_SAMPLES, ROOT, first_candidate, sample, search_of
 
 _AXES = ("tp", "cp", "pp", "dp", "ep", "dp_cp", "edp", "dp_shard", "dp_replicate", "embedding")
 _CLUSTERS = ROOT / "sample_configs" / "clusters"
@@ -31,7 +30,7 @@ def test_runs_of_ranks_are_the_groups_and_their_copies(name: str) -> None:
     :meth:`GroupClock.canonical_run` finds for it is :meth:`GroupClock.canonical`'s, on a clock
     whose memos started empty."""
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     table, _ = enumerate_space(ctx, search)
     meshes = Meshes(ctx.network)
     clock = GroupClock(ctx.network, share_congruent=True)
@@ -62,10 +61,7 @@ def test_runs_of_ranks_are_the_groups_and_their_copies(name: str) -> None:
 
 def test_meshes_keep_one_mesh_per_shape() -> None:
     """A shape is laid out once and read back; a mesh :func:`build_mesh` made has no shape."""
-    _, ctx = sample("llama3-70b-64xh100")
-    search = _search("llama3-70b-64xh100")
-    table, _ = enumerate_space(ctx, search)
-    strategy = table.strategy(0, search)
+    ctx, strategy = first_candidate("llama3-70b-64xh100")
     meshes = Meshes(ctx.network)
     mesh = meshes.build(strategy)
     assert meshes.build(strategy.model_copy(update={"microbatch_size": 2})) is mesh

@@ -37,8 +37,7 @@ from parplan.plan.sharded.sync import (
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
 from parplan.topology.placement import groups_by_node
-from tests.api.search.helpers import LLM_SAMPLES, ROOT, sample, structure_of
-from tests.api.search.test_vector import _search
+from tests.api.search.helpers import LLM_SAMPLES, ROOT, sample, search_of, structure_of
 
 
 def _one_by_one(params: Sequence[float], bucket_params: float) -> list[float]:
@@ -181,7 +180,7 @@ def test_stage_figures_equal_the_layout_path_on_seeded_structures(
     algorithm and bucket variants) evaluated by the array path and by the layout path
     (``relayout_sync`` per sync key), bit for bit."""
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     table, _ = enumerate_space(ctx, search)
     inverse = structure_of(table)
     picked = np.random.default_rng(13).choice(
@@ -204,7 +203,7 @@ def test_a_structures_sync_table_equals_its_keys_one_at_a_time(
     on their own mesh, gathered per key and stage) equals each key's built alone, and the keys
     in reverse order, by fresh builders, bit for bit."""
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     table, _ = enumerate_space(ctx, search)
     calls: list[tuple[Any, list[ShardedStrategy]]] = []
     build = SyncBuilder.build
@@ -308,7 +307,7 @@ def test_a_structures_rows_are_copies_of_its_first_with_their_own_fields(name: s
     updated with a row's varying fields) equals the row's validated strategy, for every row of
     seeded structures."""
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     table, _ = enumerate_space(ctx, search)
     inverse = structure_of(table)
     evaluator = vector._Evaluator(ctx, search, table)

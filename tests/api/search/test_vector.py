@@ -17,21 +17,14 @@ from parplan.config.search import SearchSpec
 from parplan.errors import PlanError
 from parplan.plan.sharded.costs import transformer_shape
 from parplan.plan.sharded.mesh import build_mesh
-from tests.api.search.helpers import LLM_SAMPLES, sample
-
-
-def _search(name: str) -> SearchSpec:
-    scenario, _ = sample(name)
-    return scenario.search or SearchSpec(
-        algorithms=("auto", "ring"), bucket_sizes=("25 MiB", "100 MiB"), zero=(0, 1, 3)
-    )
+from tests.api.search.helpers import LLM_SAMPLES, first_candidate, sample, search_of
 
 
 def _check_rows(name: str, table: CandidateTable, ev: Evaluation, rows: np.ndarray) -> None:
     """Each of ``rows`` equals :func:`evaluate_sharded`: step and MFU to 1e-9, memory to 1e-12,
     the same bound and fit."""
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     for i in rows:
         est = evaluate_sharded(ctx, table.strategy(int(i), search))
         assert ev.step_time_s[i] == pytest.approx(est.step_time_s, rel=1e-9), table.label(int(i))
@@ -46,7 +39,7 @@ def _check_rows(name: str, table: CandidateTable, ev: Evaluation, rows: np.ndarr
 @pytest.mark.parametrize("name", LLM_SAMPLES)
 def test_equals_evaluate_sharded_on_a_seeded_sample(name: str) -> None:
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     table, _ = enumerate_space(ctx, search)
     rows = np.sort(np.random.default_rng(7).choice(len(table), size=min(25, len(table)), replace=False))
     part = table.take(rows)
@@ -59,7 +52,7 @@ def test_equals_evaluate_sharded_in_the_whole_space(name: str) -> None:
     a seeded sample of 40 rows plus one seeded row of every (FSDP mode, recompute mode, pipeline or
     not) and every (ZeRO stage, pipeline or not, SP) the space holds."""
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     table, _ = enumerate_space(ctx, search)
     ev = evaluate_candidates(ctx, search, table)
     rng = np.random.default_rng(11)
@@ -77,7 +70,7 @@ def test_reference_path_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) 
     """Structures the array path does not cover (:func:`meshes.applies`) take the layout path, and
     both give the same figures, bit for bit."""
     _, ctx = sample("gpt3-175b-1024xa100")
-    search = _search("gpt3-175b-1024xa100")
+    search = search_of("gpt3-175b-1024xa100")
     table, _ = enumerate_space(ctx, search)
     part = table.take(np.sort(np.random.default_rng(3).choice(len(table), size=300, replace=False)))
     fast = evaluate_candidates(ctx, search, part)
@@ -89,10 +82,7 @@ def test_reference_path_gives_the_same_figures(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.parametrize("name", LLM_SAMPLES)
 def test_the_samples_take_the_array_path(name: str) -> None:
-    _, ctx = sample(name)
-    search = _search(name)
-    table, _ = enumerate_space(ctx, search)
-    strategy = table.strategy(0, search)
+    ctx, strategy = first_candidate(name)
     mesh = build_mesh(strategy, ctx.network)
     assert applies(ctx, mesh, strategy, transformer_shape(ctx))
     meshes = Meshes(ctx.network)
@@ -119,7 +109,7 @@ def test_search_meshes_equal_build_mesh(name: str) -> None:
     """:class:`meshes.Meshes` gives :func:`build_mesh`'s mesh for every structure of the space,
     with and without hybrid sharding."""
     _, ctx = sample(name)
-    search = _search(name)
+    search = search_of(name)
     table, _ = enumerate_space(ctx, search)
     meshes = Meshes(ctx.network)
     _, first = np.unique(
@@ -135,10 +125,7 @@ def test_search_meshes_equal_build_mesh(name: str) -> None:
 
 
 def test_search_meshes_refuse_what_build_mesh_refuses() -> None:
-    _, ctx = sample("llama3-70b-64xh100")
-    search = _search("llama3-70b-64xh100")
-    table, _ = enumerate_space(ctx, search)
-    strategy = table.strategy(0, search)
+    ctx, strategy = first_candidate("llama3-70b-64xh100")
     meshes = Meshes(ctx.network)
     for update in ({"dp": 1000}, {"virtual_stages": 2, "schedule": "1f1b", "pp": 2}):
         bad = strategy.model_copy(update=update)
@@ -154,7 +141,7 @@ def test_keys_equal_unique_rows_of_the_stacked_columns(name: str) -> None:
     """``_keys``' one-code-per-row unique equals ``np.unique(axis=0)`` on the stacked (remapped)
     columns, on the whole space and inside seeded structures, and its too-wide fallback too."""
     _, ctx = sample(name)
-    table, _ = enumerate_space(ctx, _search(name))
+    table, _ = enumerate_space(ctx, search_of(name))
     remap = {"fsdp": vector._COPIES_KEY}
 
     def reference(sub: CandidateTable, names: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
@@ -188,7 +175,7 @@ def test_evaluation_pauses_the_collector_and_restores_it(
 
     name = "llama3-70b-64xh100"
     _, ctx = sample(name)
-    table, _ = enumerate_space(ctx, _search(name))
+    table, _ = enumerate_space(ctx, search_of(name))
     seen: list[bool] = []
     structure = vector._Evaluator.structure
 
@@ -200,7 +187,7 @@ def test_evaluation_pauses_the_collector_and_restores_it(
     was = gc.isenabled()
     try:
         (gc.enable if enabled else gc.disable)()
-        evaluate_candidates(ctx, _search(name), table.take(np.arange(min(40, len(table)))))
+        evaluate_candidates(ctx, search_of(name), table.take(np.arange(min(40, len(table)))))
         assert seen and not any(seen)
         assert gc.isenabled() == enabled
 
@@ -209,7 +196,7 @@ def test_evaluation_pauses_the_collector_and_restores_it(
 
         monkeypatch.setattr(vector._Evaluator, "structure", boom)
         with pytest.raises(PlanError):
-            evaluate_candidates(ctx, _search(name), table)
+            evaluate_candidates(ctx, search_of(name), table)
         assert gc.isenabled() == enabled
     finally:
         (gc.enable if was else gc.disable)()
@@ -222,7 +209,7 @@ def test_network_setup_first_changes_no_figure() -> None:
 
     scenario, ctx = sample("llama3-70b-64xh100")
     fresh = build_context(scenario)
-    search = _search("llama3-70b-64xh100")
+    search = search_of("llama3-70b-64xh100")
     table, _ = enumerate_space(fresh, search)
     vector.network_setup(fresh)
     vector.network_setup(fresh)  # again: cached
@@ -241,7 +228,7 @@ def test_clock_memos_live_with_their_network_and_a_warm_evaluation_equals_a_cold
     scenario, _ = sample("llama3-70b-64xh100")
     fresh = build_context(scenario)
     assert fresh.network not in clock._NETWORK_CACHE
-    search = _search("llama3-70b-64xh100")
+    search = search_of("llama3-70b-64xh100")
     table, _ = enumerate_space(fresh, search)
     cold = evaluate_candidates(fresh, search, table)
     forms, choices = clock._NETWORK_CACHE[fresh.network][3:5]
