@@ -69,7 +69,7 @@ import numpy as np
 from parplan.errors import TopologyError
 from parplan.topology.graph import LinkGraph, as_link_graph, biconnected_blocks
 from parplan.topology.route_tables import NONE as _NONE
-from parplan.topology.route_tables import Block, Table, Widths
+from parplan.topology.route_tables import Block, Edges, Table, Widths
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -112,6 +112,10 @@ class RoutingTables:
         self._pred: list[dict[int, int]] = [{} for _ in range(n)]
         self._width: list[dict[int, float]] = [{} for _ in range(n)]
         undirected: list[dict[int, None]] = [{} for _ in range(n)]
+        src: list[int] = []
+        dst: list[int] = []
+        lat: list[int] = []
+        wide: list[float] = []
         for u, v, data in graph.edges(data=True):
             if u == v:
                 continue
@@ -121,9 +125,14 @@ class RoutingTables:
                 raise TopologyError(f"link {u}->{v} has a negative latency")
             self._succ[iu][iv] = w
             self._pred[iv][iu] = w
-            self._width[iu][iv] = float(data.get("bandwidth_Bps", math.inf))
+            self._width[iu][iv] = width = float(data.get("bandwidth_Bps", math.inf))
             undirected[iu][iv] = undirected[iv][iu] = None
-        self._uniform = len({w for out in self._width for w in out.values()}) <= 1
+            src.append(iu)
+            dst.append(iv)
+            lat.append(w)
+            wide.append(width)
+        self._edges = Edges(src, dst, lat, wide, n)
+        self._uniform = len(set(wide)) <= 1
         """One bandwidth on every link: widths never decide, and the plain tables serve."""
         self._init_blocks(undirected, n)
         self._blocks: dict[tuple[int, int], Block] = {}
@@ -307,17 +316,17 @@ class RoutingTables:
         block = self._blocks.get((block_id, level))
         if block is None:
             if self._uniform:
-                block = Block(self._block_nodes[block_id], self._succ)
+                block = Block(self._block_nodes[block_id], self._edges)
             else:
                 floor = self._block_widths(block_id).levels[level]
-                block = Block(self._block_nodes[block_id], self._succ, self._width, floor)
+                block = Block(self._block_nodes[block_id], self._edges, floor)
             self._blocks[(block_id, level)] = block
         return block
 
     def _block_widths(self, block_id: int) -> Widths:
         widths = self._widths.get(block_id)
         if widths is None:
-            widths = self._widths[block_id] = Widths(self._block_nodes[block_id], self._width)
+            widths = self._widths[block_id] = Widths(self._block_nodes[block_id], self._edges)
         return widths
 
     def _table(self, block_id: int, level: int, block: Block, t: int) -> Table:

@@ -1,0 +1,87 @@
+"""The flat link arrays routing cuts its blocks from (:class:`~parplan.topology.route_tables.Edges`)
+and the components of a block's links per width (:class:`~parplan.topology.route_tables.Widths`),
+checked against plain dict walks and networkx's connected components."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from parplan.topology.route_tables import Block, Edges, Widths
+
+WIDTHS_Bps = (25e9, 50e9, 100e9, float("inf"))
+
+
+@st.composite
+def graphs(draw: st.DrawFn) -> tuple[int, list[tuple[int, int, int, float]]]:
+    """A directed graph on ``n`` nodes: links ``(tail, head, latency fs, bandwidth)``, no loops."""
+    n = draw(st.integers(min_value=1, max_value=12))
+    pairs = draw(st.sets(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=40))
+    links = [
+        (u, v, draw(st.integers(0, 5)), draw(st.sampled_from(WIDTHS_Bps))) for u, v in sorted(pairs) if u != v
+    ]
+    draw(st.randoms()).shuffle(links)  # any tail order: Edges sorts by tail, keeping each tail's order
+    return n, links
+
+
+def _edges(n: int, links: list[tuple[int, int, int, float]]) -> Edges:
+    return Edges(
+        [u for u, *_ in links],
+        [v for _, v, *_ in links],
+        [w for *_, w, _ in links],
+        [b for *_, b in links],
+        n,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs(), st.data())
+def test_block_links_are_the_dict_walk(
+    graph: tuple[int, list[tuple[int, int, int, float]]], data: st.DataObject
+) -> None:
+    """A block's in-links (and their plain-Python lists) are the ones a walk over each member's
+    out-links in order finds, at and above a width."""
+    n, links = graph
+    nodes = sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=1)))
+    floor = data.draw(st.sampled_from((None, *WIDTHS_Bps)))
+    edges = _edges(n, links)
+    block = Block(nodes, edges, floor)
+    local = {g: i for i, g in enumerate(nodes)}
+    expected: list[tuple[int, int, int]] = []
+    for g in nodes:  # each tail's links in their order of appearance
+        for u, v, w, b in links:
+            if u == g and v in local and (floor is None or b >= floor):
+                expected.append((local[u], local[v], w))
+    expected.sort(key=lambda e: e[1])  # stable: grouped by head
+    got = list(zip(block.in_src.tolist(), block.in_dst.tolist(), block.in_lat.tolist(), strict=True))
+    assert got == expected
+    assert block.num_edges == len(expected)
+    lists: list[list[tuple[int, int]]] = [[] for _ in nodes]
+    for a, b, w in expected:
+        lists[b].append((a, w))
+    assert block.in_lists == lists
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs())
+def test_widths_components_are_connected_components(
+    graph: tuple[int, list[tuple[int, int, int, float]]],
+) -> None:
+    """At every level two nodes share a component exactly when links at least that wide join
+    them (both ways), and the levels are the block's bandwidths, widest first."""
+    n, links = graph
+    widths = Widths(list(range(n)), _edges(n, links))
+    assert widths.levels == sorted({b for *_, b in links}, reverse=True)
+    for level, comp in zip(widths.levels, widths.component, strict=True):
+        g = nx.Graph()
+        g.add_nodes_from(range(n))
+        g.add_edges_from((u, v) for u, v, _, b in links if b >= level)
+        for part in nx.connected_components(g):
+            assert len({int(comp[x]) for x in part}) == 1
+        assert len(set(np.asarray(comp).tolist())) == nx.number_connected_components(g)
+    for s in range(n):
+        for t in range(n):
+            joined = [k for k, comp in enumerate(widths.component) if comp[s] == comp[t]]
+            assert widths.first_level(s, t) == (joined[0] if joined else len(widths.levels))
