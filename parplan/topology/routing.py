@@ -116,21 +116,28 @@ class RoutingTables:
         dst: list[int] = []
         lat: list[int] = []
         wide: list[float] = []
-        for u, v, data in graph.edges(data=True):
-            if u == v:
-                continue
-            iu, iv = idx[u], idx[v]
-            w = latency_fs(data["latency_s"])
-            if w < 0:
-                raise TopologyError(f"link {u}->{v} has a negative latency")
-            self._succ[iu][iv] = w
-            self._pred[iv][iu] = w
-            self._width[iu][iv] = width = float(data.get("bandwidth_Bps", math.inf))
-            undirected[iu][iv] = undirected[iv][iu] = None
-            src.append(iu)
-            dst.append(iv)
-            lat.append(w)
-            wide.append(width)
+        fs: dict[object, int] = {}  # each distinct latency's femtoseconds, worked out once
+        for u, nbrs in graph.adjacency():
+            iu = idx[u]
+            succ_u, width_u, undirected_u = self._succ[iu], self._width[iu], undirected[iu]
+            for v, data in nbrs.items():
+                if u == v:
+                    continue
+                iv = idx[v]
+                latency_s = data["latency_s"]
+                w = fs.get(latency_s)
+                if w is None:
+                    w = fs[latency_s] = latency_fs(latency_s)
+                    if w < 0:
+                        raise TopologyError(f"link {u}->{v} has a negative latency")
+                succ_u[iv] = w
+                self._pred[iv][iu] = w
+                width_u[iv] = width = float(data.get("bandwidth_Bps", math.inf))
+                undirected_u[iv] = undirected[iv][iu] = None
+                src.append(iu)
+                dst.append(iv)
+                lat.append(w)
+                wide.append(width)
         self._edges = Edges(src, dst, lat, wide, n)
         self._uniform = len(set(wide)) <= 1
         """One bandwidth on every link: widths never decide, and the plain tables serve."""

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from parplan.errors import TopologyError
+from parplan.topology.graph import LinkGraph
 from parplan.topology.route_tables import Block, Edges, Widths
+from parplan.topology.routing import RoutingTables
 
 WIDTHS_Bps = (25e9, 50e9, 100e9, float("inf"))
 
@@ -85,3 +89,13 @@ def test_widths_components_are_connected_components(
         for t in range(n):
             joined = [k for k, comp in enumerate(widths.component) if comp[s] == comp[t]]
             assert widths.first_level(s, t) == (joined[0] if joined else len(widths.levels))
+
+
+def test_a_negative_latency_is_refused_however_many_links_share_it() -> None:
+    """Each distinct latency is converted once: a negative one is still refused."""
+    g = LinkGraph()
+    g.add_edge("a", "b", latency_s=1e-6, bandwidth_Bps=1e9)
+    g.add_edge("b", "c", latency_s=1e-6, bandwidth_Bps=1e9)
+    g.add_edge("c", "a", latency_s=-1e-6, bandwidth_Bps=1e9)
+    with pytest.raises(TopologyError, match="c->a has a negative latency"):
+        RoutingTables(g)
