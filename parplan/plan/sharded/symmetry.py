@@ -57,10 +57,8 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
             head, _, tail = str(name).partition(".")
             k = index.get(head)
             where = owners[name] = None if k is None or not tail else (k, tail)
-            if where is not None:
-                kept = dict(attrs)
-                kept.pop("group", None)
-                elements[where[0]][where[1]] = kept
+            if where is not None:  # its attributes but its node's name (None whether set or not)
+                elements[where[0]][where[1]] = {**attrs, "group": None}
         links: list[dict[tuple[Any, Any], dict[str, Any]]] = [{} for _ in nodes]  # (from, to) -> attributes
         ok = True
         for u, nbrs in graph.adjacency():  # each link's tail read once per tail
@@ -69,9 +67,8 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
                 b = owners[v]
                 if a is None and b is None:
                     continue
-                kept = dict(attrs)
-                kept.pop("channel", None)  # each link's own: its channel number and name
-                kept.pop("channel_name", None)
+                # its attributes but its own channel's number and name (None whether set or not)
+                kept = {**attrs, "channel": None, "channel_name": None}
                 if a is not None:
                     if b is not None and a[0] != b[0]:
                         ok = False  # nodes linked directly: not every permutation keeps the links
