@@ -10,6 +10,8 @@ documented in :mod:`parplan.topology.routing`.
 
 from __future__ import annotations
 
+from typing import Any, Generic, TypeVar
+
 import numpy as np
 import numpy.typing as npt
 
@@ -21,6 +23,27 @@ NONE = -1
 """No node, no hop count yet."""
 _NUMPY_MIN_EDGES = 256  # smaller blocks search faster in plain Python
 _NUMPY_MIN_EDGES_PER_LEVEL = 48  # long thin blocks (rings) too
+
+
+V = TypeVar("V", int, float)
+
+
+class PerNode(Generic[V]):
+    """Each node's ``{neighbour: value}`` over its links in their order (``keys[ptr[u]:ptr[u + 1]]``
+    and the values beside them), built when first read: routing reads a few nodes' links of
+    thousands, which a dict per node for every link of the graph cost more than the routes."""
+
+    def __init__(self, ptr: IntArray, keys: IntArray, values: npt.NDArray[Any]) -> None:
+        self._ptr, self._keys, self._values = ptr, keys, values
+        self._built: dict[int, dict[int, V]] = {}
+
+    def __getitem__(self, node: int) -> dict[int, V]:
+        found = self._built.get(node)
+        if found is None:
+            a, b = int(self._ptr[node]), int(self._ptr[node + 1])
+            found = dict(zip(self._keys[a:b].tolist(), self._values[a:b].tolist(), strict=True))
+            self._built[node] = found
+        return found
 
 
 class Edges:
@@ -39,6 +62,25 @@ class Edges:
         self.width_Bps = np.array(width_Bps, dtype=np.float64)[order]
         self.out_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(self.src, minlength=n), out=self.out_ptr[1:])
+        into = np.argsort(self.dst, kind="stable")  # by head, each head's tails in the links' order
+        in_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.dst, minlength=n), out=in_ptr[1:])
+        self.succ: PerNode[int] = PerNode(self.out_ptr, self.dst, self.lat_fs)
+        """Each node's ``{head: latency fs}``."""
+        self.pred: PerNode[int] = PerNode(in_ptr, self.src[into], self.lat_fs[into])
+        """Each node's ``{tail: latency fs}``."""
+        self.width: PerNode[float] = PerNode(self.out_ptr, self.dst, self.width_Bps)
+        """Each node's ``{head: bandwidth}``."""
+
+    def undirected(self, n: int) -> list[list[int]]:
+        """Each node's neighbours over the links taken both ways, each once (ascending)."""
+        if not len(self.src):
+            return [[] for _ in range(n)]
+        pairs = np.unique(np.concatenate([self.src, self.dst]) * n + np.concatenate([self.dst, self.src]))
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pairs // n, minlength=n), out=ptr[1:])
+        heads, at = (pairs % n).tolist(), ptr.tolist()
+        return [heads[at[i] : at[i + 1]] for i in range(n)]
 
     def inside(self, nodes: IntArray) -> tuple[IntArray, IntArray, IntArray]:
         """The links between ``nodes`` (sorted insertion indices): their ids, and their tails and

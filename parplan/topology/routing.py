@@ -108,40 +108,25 @@ class RoutingTables:
         self.index: dict[Hashable, int] = {n: i for i, n in enumerate(self.nodes)}
         n = len(self.nodes)
         idx = self.index
-        self._succ: list[dict[int, int]] = [{} for _ in range(n)]
-        self._pred: list[dict[int, int]] = [{} for _ in range(n)]
-        self._width: list[dict[int, float]] = [{} for _ in range(n)]
-        undirected: list[dict[int, None]] = [{} for _ in range(n)]
-        src: list[int] = []
-        dst: list[int] = []
-        lat: list[int] = []
-        wide: list[float] = []
-        fs: dict[object, int] = {}  # each distinct latency's femtoseconds, worked out once
-        for u, nbrs in graph.adjacency():
-            iu = idx[u]
-            succ_u, width_u, undirected_u = self._succ[iu], self._width[iu], undirected[iu]
-            for v, data in nbrs.items():
-                if u == v:
-                    continue
-                iv = idx[v]
-                latency_s = data["latency_s"]
-                w = fs.get(latency_s)
-                if w is None:
-                    w = fs[latency_s] = latency_fs(latency_s)
-                    if w < 0:
-                        raise TopologyError(f"link {u}->{v} has a negative latency")
-                succ_u[iv] = w
-                self._pred[iv][iu] = w
-                width_u[iv] = width = float(data.get("bandwidth_Bps", math.inf))
-                undirected_u[iv] = undirected[iv][iu] = None
-                src.append(iu)
-                dst.append(iv)
-                lat.append(w)
-                wide.append(width)
-        self._edges = Edges(src, dst, lat, wide, n)
+        adjacency = list(graph.adjacency())
+        src = [idx[u] for u, nbrs in adjacency for _ in nbrs]
+        dst = [idx[v] for _, nbrs in adjacency for v in nbrs]
+        data = [d for _, nbrs in adjacency for d in nbrs.values()]
+        if any(a == b for a, b in zip(src, dst, strict=True)):  # a self-loop is no link to route over
+            kept = [i for i, (a, b) in enumerate(zip(src, dst, strict=True)) if a != b]
+            src, dst, data = [src[i] for i in kept], [dst[i] for i in kept], [data[i] for i in kept]
+        latencies = [d["latency_s"] for d in data]
+        fs = {x: latency_fs(x) for x in set(latencies)}  # each distinct latency converted once
+        lat = [fs[x] for x in latencies]
+        if fs and min(fs.values()) < 0:
+            i = next(i for i, w in enumerate(lat) if w < 0)
+            raise TopologyError(f"link {self.nodes[src[i]]}->{self.nodes[dst[i]]} has a negative latency")
+        wide = [float(d.get("bandwidth_Bps", math.inf)) for d in data]
+        edges = self._edges = Edges(src, dst, lat, wide, n)
+        self._succ, self._pred, self._width = edges.succ, edges.pred, edges.width
         self._uniform = len(set(wide)) <= 1
         """One bandwidth on every link: widths never decide, and the plain tables serve."""
-        self._init_blocks(undirected, n)
+        self._init_blocks(edges.undirected(n), n)
         self._blocks: dict[tuple[int, int], Block] = {}
         self._widths: dict[int, Widths] = {}
         self._cache: OrderedDict[tuple[int, int, int], Table] = OrderedDict()
@@ -151,9 +136,9 @@ class RoutingTables:
         """How many (block, destination) tables have been computed, for benchmarks and tests."""
         self._lane = 0  # the lane of the path being walked (see the module docstring)
 
-    def _init_blocks(self, undirected: list[dict[int, None]], n: int) -> None:
+    def _init_blocks(self, undirected: list[list[int]], n: int) -> None:
         """Biconnected blocks and the block-cut forest, rooted per component, for path queries."""
-        blocks = biconnected_blocks([list(nbrs) for nbrs in undirected])
+        blocks = biconnected_blocks(undirected)
         self._block_nodes = blocks
         nb = len(blocks)
         member: list[list[int]] = [[] for _ in range(n)]

@@ -99,3 +99,29 @@ def test_a_negative_latency_is_refused_however_many_links_share_it() -> None:
     g.add_edge("c", "a", latency_s=-1e-6, bandwidth_Bps=1e9)
     with pytest.raises(TopologyError, match="c->a has a negative latency"):
         RoutingTables(g)
+
+
+@settings(max_examples=200, deadline=None)
+@given(graphs())
+def test_per_node_links_are_the_dicts_built_link_by_link(
+    graph: tuple[int, list[tuple[int, int, int, float]]],
+) -> None:
+    """Each node's out-latencies, in-latencies and out-widths, read from the flat arrays, are the
+    dicts a walk over the links in order fills (tails sorted, each tail's links in order); each
+    node's undirected neighbours are its heads and tails, each once."""
+    n, links = graph
+    edges = _edges(n, links)
+    ordered = sorted(links, key=lambda link: link[0])  # stable: each tail's links in order
+    succ: list[dict[int, int]] = [{} for _ in range(n)]
+    pred: list[dict[int, int]] = [{} for _ in range(n)]
+    width: list[dict[int, float]] = [{} for _ in range(n)]
+    for u, v, w, b in ordered:
+        succ[u][v] = w
+        pred[v][u] = w
+        width[u][v] = b
+    undirected = edges.undirected(n)
+    for x in range(n):
+        assert list(edges.succ[x].items()) == list(succ[x].items())
+        assert list(edges.pred[x].items()) == list(pred[x].items())
+        assert list(edges.width[x].items()) == list(width[x].items())
+        assert undirected[x] == sorted(set(succ[x]) | set(pred[x]))
