@@ -36,6 +36,11 @@ class HashedTuple(tuple):  # type: ignore[type-arg]
     def __hash__(self) -> int:
         return self._hash
 
+    def __reduce__(self) -> tuple[type[HashedTuple], tuple[tuple[Any, ...]]]:
+        """Pickled as its items, the hash worked out again on loading: a string's hash differs
+        between processes (a Ray worker's), and a kept one would miss every lookup there."""
+        return (HashedTuple, (tuple(self),))
+
 
 def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
     """The nodes and each device's (node index, element name) when exchanging any two nodes maps

@@ -4,12 +4,16 @@ breaks it unless the attribute is the link's channel)."""
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from parplan.config.loader import load_cluster
-from parplan.plan.sharded.symmetry import node_symmetry
+from parplan.plan.sharded.symmetry import HashedTuple, node_symmetry
 from parplan.topology.build import build_network
 from parplan.topology.network import Network
 
@@ -75,3 +79,24 @@ def test_one_changed_attribute_of_one_node(what: str, key: str, alike: bool) -> 
     else:
         attrs[key] = 1.0
     assert (node_symmetry(network) is not None) is alike
+
+
+def test_a_hashed_tuple_hashes_afresh_in_another_process() -> None:
+    """Pickled and loaded in a process with another string hash seed, a HashedTuple still hashes
+    as the plain tuple there (a kept hash would miss every dict lookup)."""
+    data = pickle.dumps(HashedTuple(("n0.d0", "n1.d0")))
+    code = (
+        "import pickle, sys; t = pickle.loads(sys.stdin.buffer.read()); "
+        "print(hash(t) == hash(tuple(t)), {tuple(t): 1}.get(t), type(t).__name__)"
+    )
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            input=data,
+            capture_output=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
+        assert out.stdout.decode().split() == ["True", "1", "HashedTuple"]
+    copy = pickle.loads(data)
+    assert copy == ("n0.d0", "n1.d0") and hash(copy) == hash(("n0.d0", "n1.d0"))
