@@ -172,6 +172,11 @@ class LinkGraph:
         """Tails of the edges into ``node``."""
         return iter(self._pred[node])
 
+    def adjacency(self) -> Iterator[tuple[str, dict[str, Attrs]]]:
+        """``(node, {head: edge attributes})`` per node in insertion order (networkx's
+        ``adjacency``): every edge without building a tuple per edge."""
+        return iter(self._succ.items())
+
     def out_edges(self, node: str | None = None, data: bool | str = False, default: Any = None) -> list[Any]:
         """Edges out of ``node`` (every edge when None), shaped as :meth:`EdgeView.__call__`'s."""
         items = self._succ.items() if node is None else [(node, self._succ[node])]

@@ -38,17 +38,21 @@ def nccl_system(network: Network, devices: Sequence[str]) -> NcclSystem | None:
     NCCL's model knows (no ``arch``), fewer than two, or nodes of different sizes."""
     if len(devices) < 2:
         return None
-    for d in devices:  # raises for a name that is not a device
-        network.device_index(d)
-    # Two attributes of each device, read off the graph: a DeviceInfo record per device of every
-    # group the search's collective clock meets was a third of a cold search's time.
+    network.check_devices(devices)  # raises for a name that is not a device
+    # Two attributes of each device, read off the graph in one pass: a DeviceInfo record per
+    # device of every group the search's collective clock meets was a third of a cold search's time.
     attrs = network.graph.nodes
     arch = attrs[devices[0]].get("arch")
-    if arch is None or any(attrs[d].get("arch") != arch for d in devices):
+    if arch is None:
         return None
+    archs: set[object] = set()
     nodes: dict[str, list[str]] = {}
     for d in devices:
-        nodes.setdefault(attrs[d].get("group") or d, []).append(d)
+        info = attrs[d]
+        archs.add(info.get("arch"))
+        nodes.setdefault(info.get("group") or d, []).append(d)
+    if len(archs) > 1:
+        return None
     sizes = {len(v) for v in nodes.values()}
     if len(sizes) != 1:
         return None

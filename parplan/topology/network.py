@@ -158,6 +158,13 @@ class Network:
             what = "a switch, not a device" if name in self.graph else "not in it"
             raise TopologyError(f"unknown device {name!r} in cluster {self.name!r}: {what}") from None
 
+    def check_devices(self, names: Sequence[str]) -> None:
+        """Raise :meth:`device_index`'s :class:`TopologyError` for the first of ``names`` that is
+        not a device (a group of hundreds checked in one C-level pass)."""
+        if not all(map(self._device_index.__contains__, names)):
+            for name in names:
+                self.device_index(name)
+
     def endpoint_index(self, name: str) -> int:
         """Position of a device or reducing switch in :attr:`endpoints` (devices keep their
         :meth:`device_index`); raises :class:`TopologyError` for anything else."""

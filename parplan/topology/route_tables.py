@@ -10,6 +10,8 @@ documented in :mod:`parplan.topology.routing`.
 
 from __future__ import annotations
 
+from typing import Any, Generic, TypeVar
+
 import numpy as np
 import numpy.typing as npt
 
@@ -23,42 +25,112 @@ _NUMPY_MIN_EDGES = 256  # smaller blocks search faster in plain Python
 _NUMPY_MIN_EDGES_PER_LEVEL = 48  # long thin blocks (rings) too
 
 
+V = TypeVar("V", int, float)
+
+
+class PerNode(Generic[V]):
+    """Each node's ``{neighbour: value}`` over its links in their order (``keys[ptr[u]:ptr[u + 1]]``
+    and the values beside them), built when first read: routing reads a few nodes' links of
+    thousands, which a dict per node for every link of the graph cost more than the routes."""
+
+    def __init__(self, ptr: IntArray, keys: IntArray, values: npt.NDArray[Any]) -> None:
+        self._ptr, self._keys, self._values = ptr, keys, values
+        self._built: dict[int, dict[int, V]] = {}
+
+    def __getitem__(self, node: int) -> dict[int, V]:
+        found = self._built.get(node)
+        if found is None:
+            a, b = int(self._ptr[node]), int(self._ptr[node + 1])
+            found = dict(zip(self._keys[a:b].tolist(), self._values[a:b].tolist(), strict=True))
+            self._built[node] = found
+        return found
+
+
+class Edges:
+    """A graph's directed links as flat arrays in insertion order (by tail, then the tail's
+    out-links in order), what :class:`Block` and :class:`Widths` cut a block's links from without
+    walking per-node dicts: tail and head insertion indices, latency (integer femtoseconds) and
+    bandwidth (``inf`` when a link has none); ``out_ptr[u]:out_ptr[u + 1]`` are ``u``'s links."""
+
+    def __init__(
+        self, src: list[int], dst: list[int], lat_fs: list[int], width_Bps: list[float], n: int
+    ) -> None:
+        order = np.argsort(np.array(src, dtype=np.int64), kind="stable")  # by tail, order kept
+        self.src = np.array(src, dtype=np.int64)[order]
+        self.dst = np.array(dst, dtype=np.int64)[order]
+        self.lat_fs = np.array(lat_fs, dtype=np.int64)[order]
+        self.width_Bps = np.array(width_Bps, dtype=np.float64)[order]
+        self.out_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.src, minlength=n), out=self.out_ptr[1:])
+        into = np.argsort(self.dst, kind="stable")  # by head, each head's tails in the links' order
+        in_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(self.dst, minlength=n), out=in_ptr[1:])
+        self.succ: PerNode[int] = PerNode(self.out_ptr, self.dst, self.lat_fs)
+        """Each node's ``{head: latency fs}``."""
+        self.pred: PerNode[int] = PerNode(in_ptr, self.src[into], self.lat_fs[into])
+        """Each node's ``{tail: latency fs}``."""
+        self.width: PerNode[float] = PerNode(self.out_ptr, self.dst, self.width_Bps)
+        """Each node's ``{head: bandwidth}``."""
+
+    def undirected(self, n: int) -> list[list[int]]:
+        """Each node's neighbours over the links taken both ways, each once (ascending)."""
+        if not len(self.src):
+            return [[] for _ in range(n)]
+        pairs = np.unique(np.concatenate([self.src, self.dst]) * n + np.concatenate([self.dst, self.src]))
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(pairs // n, minlength=n), out=ptr[1:])
+        heads, at = (pairs % n).tolist(), ptr.tolist()
+        return [heads[at[i] : at[i + 1]] for i in range(n)]
+
+    def inside(self, nodes: IntArray) -> tuple[IntArray, IntArray, IntArray]:
+        """The links between ``nodes`` (sorted insertion indices): their ids, and their tails and
+        heads as positions in ``nodes``, in the links' order."""
+        starts = self.out_ptr[nodes]
+        counts = self.out_ptr[nodes + 1] - starts
+        total = int(counts.sum())
+        offsets = np.cumsum(counts) - counts
+        ids = np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+        tails = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
+        heads = self.dst[ids]
+        at = np.minimum(np.searchsorted(nodes, heads), max(len(nodes) - 1, 0))
+        keep = nodes[at] == heads if len(nodes) else np.zeros(0, dtype=bool)
+        return ids[keep], tails[keep], at[keep]
+
+
 class Block:
     """One biconnected block: its nodes in insertion order and its directed edges at least
     ``min_bandwidth_Bps`` wide, block-local."""
 
-    def __init__(
-        self,
-        nodes: list[int],
-        succ: list[dict[int, int]],
-        width: list[dict[int, float]] | None = None,
-        min_bandwidth_Bps: float = 0.0,
-    ) -> None:
+    def __init__(self, nodes: list[int], edges: Edges, min_bandwidth_Bps: float | None = None) -> None:
         self.nodes = np.array(sorted(nodes), dtype=np.int64)
         self.local = {g: i for i, g in enumerate(self.nodes.tolist())}
-        src: list[int] = []
-        dst: list[int] = []
-        lat: list[int] = []
-        for g, i in self.local.items():
-            for h, w in succ[g].items():
-                j = self.local.get(h)
-                if j is not None and (width is None or width[g][h] >= min_bandwidth_Bps):
-                    src.append(i)
-                    dst.append(j)
-                    lat.append(w)
+        ids, src, dst = edges.inside(self.nodes)
+        if min_bandwidth_Bps is not None:
+            wide = edges.width_Bps[ids] >= min_bandwidth_Bps
+            ids, src, dst = ids[wide], src[wide], dst[wide]
+        lat = edges.lat_fs[ids]
         n = len(self.nodes)
         self.num_edges = len(src)
         # In-edges grouped by head, for the backward search from a destination.
-        order = np.argsort(np.array(dst, dtype=np.int64), kind="stable")
-        self.in_src = np.array(src, dtype=np.int64)[order]
-        self.in_dst = np.array(dst, dtype=np.int64)[order]
-        self.in_lat = np.array(lat, dtype=np.int64)[order]
+        order = np.argsort(dst, kind="stable")
+        self.in_src = src[order]
+        self.in_dst = dst[order]
+        self.in_lat = lat[order]
         self.in_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(self.in_dst, minlength=n), out=self.in_ptr[1:])
-        self.in_lists: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        for a, b, w in zip(src, dst, lat, strict=True):
-            self.in_lists[b].append((a, w))
+        self._in_lists: list[list[tuple[int, int]]] | None = None
         self.use_numpy = self.num_edges >= _NUMPY_MIN_EDGES
+
+    @property
+    def in_lists(self) -> list[list[tuple[int, int]]]:
+        """Each node's in-edges ``(tail, latency)`` in the links' order, for the plain-Python
+        search (built on first use: a wide block searched in numpy never reads them)."""
+        if self._in_lists is None:
+            lists: list[list[tuple[int, int]]] = [[] for _ in range(len(self.nodes))]
+            for a, b, w in zip(self.in_src.tolist(), self.in_dst.tolist(), self.in_lat.tolist(), strict=True):
+                lists[b].append((a, w))
+            self._in_lists = lists
+        return self._in_lists
 
     def table(self, t: int) -> Table:
         """Optimal next hops towards block-local node ``t`` from every node of the block."""
@@ -148,34 +220,27 @@ class Block:
 class Widths:
     """A block's distinct link bandwidths (widest first) and, for each, which component of the
     block's links at least that wide every node lies in (links taken both ways: a cheap first
-    guess at a leg's width, which the directed tables confirm)."""
+    guess at a leg's width, which the directed tables confirm). A component is named by its
+    smallest block-local position; only whether two nodes share one is read."""
 
-    def __init__(self, nodes: list[int], width: list[dict[int, float]]) -> None:
-        members = set(nodes)
-        edges = [(w, g, h) for g in nodes for h, w in width[g].items() if h in members]
-        self.levels: list[float] = sorted({w for w, _, _ in edges}, reverse=True)
-        self.component: list[dict[int, int]] = []
-        parent = {g: g for g in nodes}
-
-        def root(x: int) -> int:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        edges.sort(key=lambda e: -e[0])
-        i = 0
-        for level in self.levels:  # Kruskal-like: add the links of each level, widest first
-            while i < len(edges) and edges[i][0] >= level:
-                _, g, h = edges[i]
-                parent[root(g)] = root(h)
-                i += 1
-            self.component.append({g: root(g) for g in nodes})
+    def __init__(self, nodes: list[int], edges: Edges) -> None:
+        order = np.array(sorted(nodes), dtype=np.int64)
+        self.local = {g: i for i, g in enumerate(order.tolist())}
+        ids, tails, heads = edges.inside(order)
+        widths = edges.width_Bps[ids]
+        self.levels: list[float] = sorted(set(widths.tolist()), reverse=True)
+        self.component: list[IntArray] = []
+        labels = np.arange(len(order), dtype=np.int64)
+        for level in self.levels:  # the links of each level added, widest first
+            wide = widths >= level
+            labels = _components(labels, tails[wide], heads[wide])
+            self.component.append(labels)
 
     def first_level(self, s: int, t: int) -> int:
         """The index of the widest level at which ``s`` and ``t`` are joined (undirected)."""
+        ls, lt = self.local[s], self.local[t]
         for k, comp in enumerate(self.component):
-            if comp[s] == comp[t]:
+            if comp[ls] == comp[lt]:
                 return k
         return len(self.levels)
 
@@ -185,6 +250,25 @@ class Widths:
         while k + 1 < len(self.levels) and self.levels[k + 1] >= bandwidth_Bps:
             k += 1
         return k
+
+
+def _components(labels: IntArray, a: IntArray, b: IntArray) -> IntArray:
+    """``labels`` (each node's component, named by its smallest member) joined further by the
+    links ``a[i] -- b[i]``: each round hooks the larger name of every link whose ends differ onto
+    the smaller (names are roots: pointing at themselves), then points every node at its root."""
+    labels = labels.copy()
+    while True:
+        la, lb = labels[a], labels[b]
+        differ = la != lb
+        if not differ.any():
+            return labels
+        la, lb = la[differ], lb[differ]
+        np.minimum.at(labels, np.maximum(la, lb), np.minimum(la, lb))
+        while True:
+            jumped = labels[labels]
+            if np.array_equal(jumped, labels):
+                break
+            labels = jumped
 
 
 def csr(cu: IntArray, cv: IntArray, n: int) -> Table:

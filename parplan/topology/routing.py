@@ -69,7 +69,7 @@ import numpy as np
 from parplan.errors import TopologyError
 from parplan.topology.graph import LinkGraph, as_link_graph, biconnected_blocks
 from parplan.topology.route_tables import NONE as _NONE
-from parplan.topology.route_tables import Block, Table, Widths
+from parplan.topology.route_tables import Block, Edges, Table, Widths
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -108,24 +108,25 @@ class RoutingTables:
         self.index: dict[Hashable, int] = {n: i for i, n in enumerate(self.nodes)}
         n = len(self.nodes)
         idx = self.index
-        self._succ: list[dict[int, int]] = [{} for _ in range(n)]
-        self._pred: list[dict[int, int]] = [{} for _ in range(n)]
-        self._width: list[dict[int, float]] = [{} for _ in range(n)]
-        undirected: list[dict[int, None]] = [{} for _ in range(n)]
-        for u, v, data in graph.edges(data=True):
-            if u == v:
-                continue
-            iu, iv = idx[u], idx[v]
-            w = latency_fs(data["latency_s"])
-            if w < 0:
-                raise TopologyError(f"link {u}->{v} has a negative latency")
-            self._succ[iu][iv] = w
-            self._pred[iv][iu] = w
-            self._width[iu][iv] = float(data.get("bandwidth_Bps", math.inf))
-            undirected[iu][iv] = undirected[iv][iu] = None
-        self._uniform = len({w for out in self._width for w in out.values()}) <= 1
+        adjacency = list(graph.adjacency())
+        src = [idx[u] for u, nbrs in adjacency for _ in nbrs]
+        dst = [idx[v] for _, nbrs in adjacency for v in nbrs]
+        data = [d for _, nbrs in adjacency for d in nbrs.values()]
+        if any(a == b for a, b in zip(src, dst, strict=True)):  # a self-loop is no link to route over
+            kept = [i for i, (a, b) in enumerate(zip(src, dst, strict=True)) if a != b]
+            src, dst, data = [src[i] for i in kept], [dst[i] for i in kept], [data[i] for i in kept]
+        latencies = [d["latency_s"] for d in data]
+        fs = {x: latency_fs(x) for x in set(latencies)}  # each distinct latency converted once
+        lat = [fs[x] for x in latencies]
+        if fs and min(fs.values()) < 0:
+            i = next(i for i, w in enumerate(lat) if w < 0)
+            raise TopologyError(f"link {self.nodes[src[i]]}->{self.nodes[dst[i]]} has a negative latency")
+        wide = [float(d.get("bandwidth_Bps", math.inf)) for d in data]
+        edges = self._edges = Edges(src, dst, lat, wide, n)
+        self._succ, self._pred, self._width = edges.succ, edges.pred, edges.width
+        self._uniform = len(set(wide)) <= 1
         """One bandwidth on every link: widths never decide, and the plain tables serve."""
-        self._init_blocks(undirected, n)
+        self._init_blocks(edges.undirected(n), n)
         self._blocks: dict[tuple[int, int], Block] = {}
         self._widths: dict[int, Widths] = {}
         self._cache: OrderedDict[tuple[int, int, int], Table] = OrderedDict()
@@ -135,9 +136,9 @@ class RoutingTables:
         """How many (block, destination) tables have been computed, for benchmarks and tests."""
         self._lane = 0  # the lane of the path being walked (see the module docstring)
 
-    def _init_blocks(self, undirected: list[dict[int, None]], n: int) -> None:
+    def _init_blocks(self, undirected: list[list[int]], n: int) -> None:
         """Biconnected blocks and the block-cut forest, rooted per component, for path queries."""
-        blocks = biconnected_blocks([list(nbrs) for nbrs in undirected])
+        blocks = biconnected_blocks(undirected)
         self._block_nodes = blocks
         nb = len(blocks)
         member: list[list[int]] = [[] for _ in range(n)]
@@ -307,17 +308,17 @@ class RoutingTables:
         block = self._blocks.get((block_id, level))
         if block is None:
             if self._uniform:
-                block = Block(self._block_nodes[block_id], self._succ)
+                block = Block(self._block_nodes[block_id], self._edges)
             else:
                 floor = self._block_widths(block_id).levels[level]
-                block = Block(self._block_nodes[block_id], self._succ, self._width, floor)
+                block = Block(self._block_nodes[block_id], self._edges, floor)
             self._blocks[(block_id, level)] = block
         return block
 
     def _block_widths(self, block_id: int) -> Widths:
         widths = self._widths.get(block_id)
         if widths is None:
-            widths = self._widths[block_id] = Widths(self._block_nodes[block_id], self._width)
+            widths = self._widths[block_id] = Widths(self._block_nodes[block_id], self._edges)
         return widths
 
     def _table(self, block_id: int, level: int, block: Block, t: int) -> Table:

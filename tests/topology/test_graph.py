@@ -61,6 +61,9 @@ def test_link_graph_reads_like_networkx() -> None:
     assert ours.edges(data=True) == list(theirs.edges(data=True))
     assert ours.edges(data="channel", default=-1) == list(theirs.edges(data="channel", default=-1))
     assert list(ours.edges) == list(theirs.edges) and ours.edges() == list(theirs.edges())
+    assert [(n, dict(nbrs)) for n, nbrs in ours.adjacency()] == [
+        (n, dict(nbrs)) for n, nbrs in theirs.adjacency()
+    ]
     assert ours.edges["b", "c"] == theirs.edges["b", "c"] and ("d", "c") in ours.edges
     for n in theirs:
         assert n in ours and ours.has_node(n)

@@ -19,7 +19,6 @@ _SYMMETRY: weakref.WeakKeyDictionary[Network, tuple[tuple[str, ...], dict[str, t
 wired alike (:func:`node_symmetry`), else None."""
 _REGULAR: weakref.WeakKeyDictionary[Network, int | None] = weakref.WeakKeyDictionary()
 """Per network: :func:`regular_node_size`."""
-_EDGE_NAMES = ("channel", "channel_name")
 
 
 class HashedTuple(tuple):  # type: ignore[type-arg]
@@ -36,6 +35,11 @@ class HashedTuple(tuple):  # type: ignore[type-arg]
 
     def __hash__(self) -> int:
         return self._hash
+
+    def __reduce__(self) -> tuple[type[HashedTuple], tuple[tuple[Any, ...]]]:
+        """Pickled as its items, the hash worked out again on loading: a string's hash differs
+        between processes (a Ray worker's), and a kept one would miss every lookup there."""
+        return (HashedTuple, (tuple(self),))
 
 
 def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[int, str]]] | None:
@@ -58,26 +62,27 @@ def node_symmetry(network: Network) -> tuple[tuple[str, ...], dict[str, tuple[in
             head, _, tail = str(name).partition(".")
             k = index.get(head)
             where = owners[name] = None if k is None or not tail else (k, tail)
-            if where is not None:
-                kept = dict(attrs)
-                kept.pop("group", None)
-                elements[where[0]][where[1]] = kept
+            if where is not None:  # its attributes but its node's name (None whether set or not)
+                elements[where[0]][where[1]] = {**attrs, "group": None}
         links: list[dict[tuple[Any, Any], dict[str, Any]]] = [{} for _ in nodes]  # (from, to) -> attributes
         ok = True
-        for u, v, attrs in graph.edges(data=True):
-            a, b = owners[u], owners[v]
-            if a is None and b is None:
-                continue
-            kept = dict(attrs)
-            for key in _EDGE_NAMES:
-                kept.pop(key, None)
-            if a is not None:
-                if b is not None and a[0] != b[0]:
-                    ok = False  # nodes linked directly: not every permutation keeps the links
-                    break
-                links[a[0]][(a[1], b[1] if b is not None else ("", str(v)))] = kept
-            elif b is not None:
-                links[b[0]][(("", str(u)), b[1])] = kept
+        for u, nbrs in graph.adjacency():  # each link's tail read once per tail
+            a = owners[u]
+            for v, attrs in nbrs.items():
+                b = owners[v]
+                if a is None and b is None:
+                    continue
+                # its attributes but its own channel's number and name (None whether set or not)
+                kept = {**attrs, "channel": None, "channel_name": None}
+                if a is not None:
+                    if b is not None and a[0] != b[0]:
+                        ok = False  # nodes linked directly: not every permutation keeps the links
+                        break
+                    links[a[0]][(a[1], b[1] if b is not None else ("", str(v)))] = kept
+                elif b is not None:
+                    links[b[0]][(("", str(u)), b[1])] = kept
+            if not ok:
+                break
         # the same elements and links, with the same attributes, on every node (names are unique
         # in a node and a link's ends in the graph, so equal dicts are equal multisets)
         ok = ok and all(e == elements[0] for e in elements[1:]) and all(k == links[0] for k in links[1:])
