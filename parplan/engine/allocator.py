@@ -33,6 +33,10 @@ _ALLOC_CACHE_BYTES = 64 << 20
 # Sets of routes remembered as sharing no channel (or not), at most.
 _APART_ENTRIES = 1 << 16
 _UNSEEN = np.zeros(0, dtype=np.int64)  # a memo miss (None is a memoised answer: routes share a channel)
+# An array's largest and smallest value without ndarray.max/min's Python-level wrappers (run at
+# every cache miss, on a few dozen routes).
+_largest = np.maximum.reduce
+_smallest = np.minimum.reduce
 
 
 @dataclass
@@ -175,11 +179,11 @@ def _apart_rates(
 ) -> tuple[FloatArray, IntArray, bool]:
     """:func:`max_min_rates` of routes no two of which share a channel (``channels``: theirs):
     each route's flows split its narrowest channel evenly, the same divisions filling makes."""
-    shared = bool(counts.max() >= 2)
+    shared = bool(_largest(counts) >= 2)
     if not shared or not sharing:
         return narrowest_Bps, channels, shared
     rate: FloatArray = narrowest_Bps / counts
-    if not rate.min() > 0:
+    if not _smallest(rate) > 0:
         raise SimulationError("progressive filling found a channel with no capacity left")
     return rate, channels, shared
 
@@ -238,7 +242,7 @@ class AllocationCache:
                 self.sharing, None if table.weights is None else table.weights[routes],
             )  # fmt: skip
         route_rate = np.zeros(len(per_route))
-        route_rate[routes] = rate
+        route_rate.put(routes, rate)
         alloc = Allocation(key, route_rate, channels, shared)
         size = alloc.nbytes
         if self._bytes + size > _ALLOC_CACHE_BYTES:

@@ -346,15 +346,18 @@ class Flows:
         alloc = self.cache.get(rids)
         rate = self.s_rate[:n]
         if self.rate_cap_Bps is None:
-            np.take(alloc.route_rate_Bps, rids, out=rate)
+            alloc.route_rate_Bps.take(rids, out=rate)
         else:
             rate[:] = np.minimum(alloc.route_rate_Bps[rids], self.rate_cap_Bps.take(self.s_task[:n]))
-        left_s = self.s_rem[:n] / rate
         finish = self.s_finish[:n]
-        np.add(now, left_s, out=finish)
-        if self.log is not None:
+        if self.log is None:  # finish = now + left, computed in place (IEEE addition commutes)
+            np.divide(self.s_rem[:n], rate, finish)
+            finish += now
+        else:
+            left_s = self.s_rem[:n] / rate
+            np.add(now, left_s, finish)
             self.log.finishes(self.s_task[:n].copy(), now, left_s, finish.copy(), every=True)
-        self.next_finish = float(_smallest(self.s_finish))
+        self.next_finish = float(self.s_finish.min())
         if alloc.shared or not self.sharing:
             self.alloc = alloc
         else:

@@ -333,12 +333,15 @@ class Replays:
         lo = int(self.lo[rec.block])
         if not rec.exits:
             return [], 0, EMPTY_I
-        call = np.concatenate([np.full(len(t), k) for k, (_, t) in enumerate(rec.exits)])
-        task = np.concatenate([t for _, t in rec.exits]) + lo
-        off = np.asarray(self.deps.succ_off, dtype=np.int64)
-        counts = off[task + 1] - off[task]
-        pos = np.repeat(off[task] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        succ = np.asarray(self.deps.succ_idx, dtype=np.int64)[pos]
+        # The exits' tasks in one array, each with its call's index: numpy passes, not one per call.
+        rel_task = np.concatenate([t for _, t in rec.exits])
+        task = rel_task + lo
+        call = np.repeat(np.arange(len(rec.exits)), [len(t) for _, t in rec.exits])
+        s_off = self.deps.succ_off
+        first = s_off[task].astype(np.int64)
+        counts = s_off[task + 1].astype(np.int64) - first
+        pos = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        succ = self.deps.succ_idx[pos].astype(np.int64)
         owner, owner_call = np.repeat(task, counts), np.repeat(call, counts)
         out = (succ < lo) | (succ >= int(self.hi[rec.block]))
         succ, owner, owner_call = succ[out], owner[out], owner_call[out]
@@ -346,8 +349,15 @@ class Replays:
         np.maximum.at(last, succ, owner_call)
         releases = np.zeros(int(self.hi[rec.block]) - lo, dtype=bool)
         releases[owner[owner_call == last[succ]] - lo] = True
-        exits = [(rel, t[releases[t]]) for rel, t in rec.exits]
-        kept = [(rel, t) for rel, t in exits if len(t)]
+        keep = releases[rel_task]
+        kept_tasks = rel_task[keep]  # each call's releasing tasks in order, the calls one after another
+        ends = np.cumsum(np.bincount(call[keep], minlength=len(rec.exits))).tolist()
+        kept: list[tuple[float, IntArray]] = []
+        start = 0
+        for (rel, _), end in zip(rec.exits, ends, strict=True):
+            if end > start:
+                kept.append((rel, kept_tasks[start:end]))
+            start = end
         return kept, int(np.count_nonzero(releases)), succ[~releases[owner - lo]] - lo
 
     # -- replaying -----------------------------------------------------------------------------
