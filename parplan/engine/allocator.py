@@ -19,7 +19,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import FloatArray, IntArray
+from parplan.engine.arrays import FloatArray, IntArray, largest, smallest
 from parplan.engine.routes import RouteTable
 from parplan.errors import SimulationError
 
@@ -33,10 +33,6 @@ _ALLOC_CACHE_BYTES = 64 << 20
 # Sets of routes remembered as sharing no channel (or not), at most.
 _APART_ENTRIES = 1 << 16
 _UNSEEN = np.zeros(0, dtype=np.int64)  # a memo miss (None is a memoised answer: routes share a channel)
-# An array's largest and smallest value without ndarray.max/min's Python-level wrappers (run at
-# every cache miss, on a few dozen routes).
-_largest = np.maximum.reduce
-_smallest = np.minimum.reduce
 
 
 @dataclass
@@ -179,11 +175,11 @@ def _apart_rates(
 ) -> tuple[FloatArray, IntArray, bool]:
     """:func:`max_min_rates` of routes no two of which share a channel (``channels``: theirs):
     each route's flows split its narrowest channel evenly, the same divisions filling makes."""
-    shared = bool(_largest(counts) >= 2)
+    shared = bool(largest(counts) >= 2)
     if not shared or not sharing:
         return narrowest_Bps, channels, shared
     rate: FloatArray = narrowest_Bps / counts
-    if not _smallest(rate) > 0:
+    if not smallest(rate) > 0:
         raise SimulationError("progressive filling found a channel with no capacity left")
     return rate, channels, shared
 
@@ -271,8 +267,14 @@ class AllocationCache:
         return channels
 
     def flush_busy(self) -> None:
-        """Book the time each cached allocation was in force on its channels."""
-        for alloc in self._cache.values():
-            if alloc.busy_s:
-                self.channel_busy_s[alloc.channels] += alloc.busy_s
-                alloc.busy_s = 0.0
+        """Book the time each cached allocation was in force on its channels: one ``np.add.at``
+        over them all in cache order adds to each channel the same terms in the same order as one
+        increment per allocation would (an allocation's channels are distinct)."""
+        booked = [alloc for alloc in self._cache.values() if alloc.busy_s]
+        if not booked:
+            return
+        channels = [alloc.channels for alloc in booked]
+        seconds = np.repeat([alloc.busy_s for alloc in booked], [len(c) for c in channels])
+        np.add.at(self.channel_busy_s, np.concatenate(channels), seconds)
+        for alloc in booked:
+            alloc.busy_s = 0.0

@@ -20,6 +20,11 @@ IdArray = npt.NDArray[np.int32] | IntArray
 EMPTY_I: IntArray = np.zeros(0, dtype=np.int64)
 EMPTY_F: FloatArray = np.zeros(0, dtype=np.float64)
 
+smallest = np.minimum.reduce
+"""An array's smallest value: ``ndarray.min`` without its Python-level wrapper (run at most events)."""
+largest = np.maximum.reduce
+"""An array's largest value: ``ndarray.max`` without its Python-level wrapper."""
+
 # Batches of at most this many tasks take scalar paths (numpy's per-call cost dominates there).
 SMALL_BATCH = 8
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IdArray, IntArray
+from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IdArray, IntArray, largest
 from parplan.taskgraph import MARKER, TRANSFER
 
 if TYPE_CHECKING:
@@ -124,7 +124,7 @@ class FlowLog:
             self.sum_max_s = max(self.sum_max_s, s)
         elif len(s):
             self.ties = self.ties or bool(np.any(_ties(a, b, s)))
-            self.sum_max_s = max(self.sum_max_s, float(np.max(s)))
+            self.sum_max_s = max(self.sum_max_s, float(largest(s)))
 
     def finishes(
         self, tasks: IntArray, a: float | FloatArray, b: FloatArray, s: FloatArray, *, every: bool
@@ -147,7 +147,9 @@ class FlowLog:
         pending_tie = self.pending is not None and self._pending_tie(tasks)
         if pending_tie or (self.tied and not self.tied.isdisjoint(tasks.tolist())):
             self.ties = True
-        self.sum_max_s = max(self.sum_max_s, float(np.max(finish_s)))
+        latest = finish_s.item(0) if len(finish_s) == 1 else float(largest(finish_s))
+        if latest > self.sum_max_s:
+            self.sum_max_s = latest
 
     def _pending_tie(self, tasks: IntArray) -> bool:
         """Whether a pending finish time of one of ``tasks`` was a tie (one task: a scalar check

@@ -33,17 +33,23 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from parplan.engine.allocator import Allocation, AllocationCache
-from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IntArray, TaskColumn, min_max, runs
+from parplan.engine.arrays import (
+    EMPTY_F,
+    EMPTY_I,
+    FloatArray,
+    IntArray,
+    TaskColumn,
+    largest,
+    min_max,
+    runs,
+    smallest,
+)
 from parplan.engine.kernel import ARRIVE, START, Kernel, horizon
 from parplan.engine.recorder import Recorder
 from parplan.engine.routes import RouteTable
 
 if TYPE_CHECKING:
     from parplan.engine.blocks import FlowLog
-
-
-_smallest = np.minimum.reduce
-"""An array's smallest value (``ndarray.min`` without its Python-level wrapper, run at most events)."""
 
 
 class Flows:
@@ -112,11 +118,11 @@ class Flows:
             if len(done):
                 finish = self.s_finish[done]
                 log.used(tasks, finish)
-                last_fired = float(finish.max())
+                last_fired = finish.item(0) if len(finish) == 1 else float(largest(finish))
             self._release(done)
-            log.fired(last_fired, float(_smallest(self.s_finish)), now)
+            log.fired(last_fired, float(smallest(self.s_finish)), now)
         if self.exclusive:
-            self.next_finish = float(_smallest(self.s_finish))
+            self.next_finish = float(smallest(self.s_finish))
         else:
             self.dirty = True
         self.on_arrive(tasks)
