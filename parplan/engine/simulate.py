@@ -281,6 +281,17 @@ class _Engine:
         (unless they start a block that is replayed: :mod:`parplan.engine.replay`)."""
         if self.replays is not None and self.replays.issue(tasks):
             return
+        if len(tasks) == 1 and self.tasks.lane is None:  # one transfer (the usual batch): scalar reads
+            task = tasks.item(0)
+            sender, receiver = self.tasks.device.item(task), self.tasks.dst.item(task)
+            if sender == receiver:
+                self.kernel.push(self.kernel.now, ARRIVE, tasks)
+                return
+            rid = self.routes.id_of(sender, receiver)
+            if rid >= 0:  # a known route: the recorder has its row already
+                rids = np.array([rid], dtype=np.int64)
+                self.flows.issue(tasks, rids, None if self.pricer.plain else self.pricer.delay_s(tasks, rids))
+                return
         src = self.tasks.device[tasks]
         dst = self.tasks.dst[tasks]
         same = src == dst
