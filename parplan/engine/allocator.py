@@ -32,10 +32,13 @@ _DENSE_KEY_ROUTES = 512
 _ALLOC_CACHE_BYTES = 64 << 20
 # Sets of routes remembered as sharing no channel (or not), at most.
 _APART_ENTRIES = 1 << 16
-_UNSEEN = np.zeros(0, dtype=np.int64)  # a memo miss (None is a memoised answer: routes share a channel)
+_UNSEEN = (
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0),
+)  # a memo miss (None is an answer: routes share a channel)
 
 
-@dataclass
+@dataclass(slots=True)
 class Allocation:
     """The allocation for one multiset of moving flows' routes (its cache key).
 
@@ -198,7 +201,7 @@ class AllocationCache:
         self._cache: dict[bytes, Allocation] = {}
         self._bytes = 0
         self.flushes = 0  # times the cache was emptied (a recorded window must see none)
-        self._apart_by_routes: dict[bytes, IntArray | None] = {}
+        self._apart_by_routes: dict[bytes, tuple[IntArray, FloatArray] | None] = {}
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -229,9 +232,7 @@ class AllocationCache:
         table = self.routes
         apart = None if table.weights is not None else self._apart(routes)
         if apart is not None:  # no channel carries two of these routes: no filling to do
-            rate, channels, shared = _apart_rates(
-                per_route[routes], table.narrowest_Bps[routes], apart, self.sharing
-            )
+            rate, channels, shared = _apart_rates(per_route[routes], apart[1], apart[0], self.sharing)
         else:
             rate, channels, shared = max_min_rates(
                 table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
@@ -250,9 +251,10 @@ class AllocationCache:
         self._bytes += size
         return alloc
 
-    def _apart(self, routes: IntArray) -> IntArray | None:
-        """The channels of ``routes`` (sorted) when no channel is on two of them, else None;
-        memoised by the set of routes, which recurs far more often than the counts on them."""
+    def _apart(self, routes: IntArray) -> tuple[IntArray, FloatArray] | None:
+        """The channels of ``routes`` (sorted) and the routes' narrowest bandwidths when no
+        channel is on two of them, else None; memoised by the set of routes, which recurs far
+        more often than the counts on them."""
         key = routes.tobytes()
         found = self._apart_by_routes.get(key, _UNSEEN)
         if found is not _UNSEEN:
@@ -260,11 +262,11 @@ class AllocationCache:
         pc = self.routes.channels[routes].ravel()
         pc = pc[pc < self.routes.num_channels]
         on = np.bincount(pc)
-        channels = None if len(pc) and on.max() > 1 else np.flatnonzero(on)
+        apart = None if len(pc) and on.max() > 1 else (np.flatnonzero(on), self.routes.narrowest_Bps[routes])
         if len(self._apart_by_routes) >= _APART_ENTRIES:
             self._apart_by_routes.clear()
-        self._apart_by_routes[key] = channels
-        return channels
+        self._apart_by_routes[key] = apart
+        return apart
 
     def flush_busy(self) -> None:
         """Book the time each cached allocation was in force on its channels: one ``np.add.at``
