@@ -44,7 +44,7 @@ from parplan.engine.arrays import (
     runs,
     smallest,
 )
-from parplan.engine.kernel import ARRIVE, START, Kernel, horizon
+from parplan.engine.kernel import ARRIVE, START, Kernel
 from parplan.engine.recorder import Recorder
 from parplan.engine.routes import RouteTable
 
@@ -108,7 +108,7 @@ class Flows:
     def fire(self) -> None:
         """Flows whose last byte is in (ties within the kernel's horizon are grouped) arrive now."""
         now = self.kernel.now
-        done = (self.s_finish[: self.n_live] <= horizon(now)).nonzero()[0]
+        done = (self.s_finish[: self.n_live] <= self.kernel.now_horizon).nonzero()[0]
         tasks = self.s_task[done]
         log = self.log
         if log is None:

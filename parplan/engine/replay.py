@@ -226,7 +226,7 @@ class Replays:
         if rec.done == rec.hi - rec.lo:
             self._finish(rec)
             return
-        fired = t_clock <= horizon(t)
+        fired = t_clock <= self.kernel.now_horizon  # horizon(t): the kernel has it
         if fired and t_clock != t:
             # The clock fires early, at a heap event's instant within its tie horizon: fine when
             # the event is the block's own (the margin is checked at the new time), not otherwise.
