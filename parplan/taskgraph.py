@@ -337,8 +337,20 @@ def _constant_one(value: object, dtype: type) -> np.ndarray:
 
 
 def _repeated(one: np.ndarray, n: int) -> np.ndarray:
-    """``n`` times the read-only one-element array ``one``, as a zero-stride view of it."""
-    return np.ndarray((n,), dtype=one.dtype, buffer=one, strides=(0,))  # read-only, as ``one`` is
+    """``n`` times the read-only one-element array ``one``, as a zero-stride view of it; the views
+    are kept by length (blocks of one size recur: every bucket of a size lowers alike), each
+    holding its ``one`` alive, so that ``id(one)`` names it while the view is kept."""
+    key = (id(one), n)
+    view = _VIEWS.get(key)
+    if view is None:
+        view = np.ndarray((n,), dtype=one.dtype, buffer=one, strides=(0,))  # read-only, as ``one`` is
+        if len(_VIEWS) >= 4096:
+            _VIEWS.clear()
+        _VIEWS[key] = view
+    return view
+
+
+_VIEWS: dict[tuple[int, int], np.ndarray] = {}
 
 
 _CONSTANT_ONES: dict[tuple[type, type, object], np.ndarray] = {}
