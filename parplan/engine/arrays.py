@@ -20,10 +20,24 @@ IdArray = npt.NDArray[np.int32] | IntArray
 EMPTY_I: IntArray = np.zeros(0, dtype=np.int64)
 EMPTY_F: FloatArray = np.zeros(0, dtype=np.float64)
 
-smallest = np.minimum.reduce
-"""An array's smallest value: ``ndarray.min`` without its Python-level wrapper (run at most events)."""
-largest = np.maximum.reduce
-"""An array's largest value: ``ndarray.max`` without its Python-level wrapper."""
+
+def smallest(values: npt.NDArray[np.generic]) -> float:
+    """The smallest of a non-empty array by its index (``argmin`` costs a fifth of ``min``'s ufunc
+    reduction, run at most events); the value ``min`` gives but for which of two signed zeros
+    (the engine's times are never -0.0).
+
+    >>> smallest(np.array([3.0, 1.0, np.inf]))
+    1.0
+    """
+    least: float = values.item(values.argmin())
+    return least
+
+
+def largest(values: npt.NDArray[np.generic]) -> float:
+    """The largest of a non-empty array by its index (as :func:`smallest`)."""
+    most: float = values.item(values.argmax())
+    return most
+
 
 # Batches of at most this many tasks take scalar paths (numpy's per-call cost dominates there).
 SMALL_BATCH = 8

@@ -124,7 +124,7 @@ class FlowLog:
             self.sum_max_s = max(self.sum_max_s, s)
         elif len(s):
             self.ties = self.ties or bool(np.any(_ties(a, b, s)))
-            self.sum_max_s = max(self.sum_max_s, float(largest(s)))
+            self.sum_max_s = max(self.sum_max_s, largest(s))
 
     def finishes(
         self, tasks: IntArray, a: float | FloatArray, b: FloatArray, s: FloatArray, *, every: bool
@@ -147,7 +147,7 @@ class FlowLog:
         pending_tie = self.pending is not None and self._pending_tie(tasks)
         if pending_tie or (self.tied and not self.tied.isdisjoint(tasks.tolist())):
             self.ties = True
-        latest = finish_s.item(0) if len(finish_s) == 1 else float(largest(finish_s))
+        latest = largest(finish_s)
         if latest > self.sum_max_s:
             self.sum_max_s = latest
 

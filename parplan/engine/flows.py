@@ -118,11 +118,11 @@ class Flows:
             if len(done):
                 finish = self.s_finish[done]
                 log.used(tasks, finish)
-                last_fired = finish.item(0) if len(finish) == 1 else float(largest(finish))
+                last_fired = largest(finish)
             self._release(done)
-            log.fired(last_fired, float(smallest(self.s_finish)), now)
+            log.fired(last_fired, smallest(self.s_finish), now)
         if self.exclusive:
-            self.next_finish = float(smallest(self.s_finish))
+            self.next_finish = smallest(self.s_finish)
         else:
             self.dirty = True
         self.on_arrive(tasks)
@@ -232,7 +232,7 @@ class Flows:
         the flows switch to the shared regime, which redoes these properly)."""
         sizes = self.size_bytes.take(tasks)
         zero = sizes <= 0
-        if zero.any():
+        if np.count_nonzero(zero):
             self.kernel.push_grouped(starts[zero], tasks[zero], ARRIVE)
             keep = ~zero
             tasks, rids, sizes, starts = tasks[keep], rids[keep], sizes[keep], starts[keep]
@@ -246,9 +246,11 @@ class Flows:
             real = pc < routes.num_channels
             pc, s_pairs = pc[real], s_pairs[real]
         sorted_pc = np.sort(pc)
-        clash = bool((s_pairs < self.ch_until[pc]).any()) or bool((sorted_pc[1:] == sorted_pc[:-1]).any())
+        clash = bool(np.count_nonzero(s_pairs < self.ch_until[pc])) or bool(
+            np.count_nonzero(sorted_pc[1:] == sorted_pc[:-1])
+        )
         if routes.multi is not None and not clash:  # an orbit whose translates share a channel
-            clash = bool(routes.multi[rids].any())
+            clash = bool(np.count_nonzero(routes.multi[rids]))
         self._sync()
         np.add.at(self.rec.route_bytes, rids, sizes)
         if self.log is not None:
@@ -275,7 +277,7 @@ class Flows:
             self._enter_shared()
             return
         self.ch_until[pc] = np.repeat(finish, width)[real] if routes.padded else np.repeat(finish, width)
-        self.next_finish = min(self.next_finish, float(finish.min()))
+        self.next_finish = min(self.next_finish, smallest(finish))
 
     # -- regimes -----------------------------------------------------------------------------
     def _enter_shared(self) -> None:
@@ -363,7 +365,7 @@ class Flows:
             left_s = self.s_rem[:n] / rate
             np.add(now, left_s, finish)
             self.log.finishes(self.s_task[:n].copy(), now, left_s, finish.copy(), every=True)
-        self.next_finish = float(self.s_finish.min())
+        self.next_finish = smallest(self.s_finish)
         if alloc.shared or not self.sharing:
             self.alloc = alloc
         else:
