@@ -53,7 +53,7 @@ def min_max(values: npt.NDArray[np.generic]) -> tuple[float, float]:
     if len(values) <= SMALL_BATCH:
         listed = values.tolist()
         return min(listed), max(listed)
-    return values.min().item(), values.max().item()
+    return smallest(values), largest(values)
 
 
 def runs(sorted_values: npt.NDArray[np.generic]) -> list[tuple[int, int]]:

@@ -241,7 +241,7 @@ class Flows:
         routes = self.routes
         width = routes.channels.shape[1]
         pc = routes.channels[rids].ravel()
-        s_pairs = np.repeat(starts, width)
+        s_pairs = starts.repeat(width)  # the method: np.repeat's Python wrapper costs more
         if routes.padded:
             real = pc < routes.num_channels
             pc, s_pairs = pc[real], s_pairs[real]
@@ -276,7 +276,7 @@ class Flows:
         if clash:
             self._enter_shared()
             return
-        self.ch_until[pc] = np.repeat(finish, width)[real] if routes.padded else np.repeat(finish, width)
+        self.ch_until[pc] = finish.repeat(width)[real] if routes.padded else finish.repeat(width)
         self.next_finish = min(self.next_finish, smallest(finish))
 
     # -- regimes -----------------------------------------------------------------------------
@@ -326,7 +326,7 @@ class Flows:
         routes = self.routes
         width = routes.channels.shape[1]
         pc = routes.channels[rids].ravel()
-        f_pairs = np.repeat(finish, width)
+        f_pairs = finish.repeat(width)
         if routes.padded:
             real = pc < routes.num_channels
             pc, f_pairs = pc[real], f_pairs[real]
@@ -418,8 +418,8 @@ class Flows:
         if len(slots):
             gone = np.zeros(old, dtype=bool)
             gone[slots] = True
-            holes = np.flatnonzero(gone[:new])
-            movers = new + np.flatnonzero(~gone[new:])
+            holes = gone[:new].nonzero()[0]
+            movers = new + (~gone[new:]).nonzero()[0]
             for column in columns:
                 column[holes] = column[movers]
         self.s_task[new:old] = -1
