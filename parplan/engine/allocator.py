@@ -19,7 +19,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import FloatArray, IntArray, smallest
+from parplan.engine.arrays import FloatArray, IntArray, largest, smallest
 from parplan.engine.routes import RouteTable
 from parplan.errors import SimulationError
 
@@ -276,9 +276,9 @@ class AllocationCache:
         pc = pc[pc < self.routes.num_channels]
         on = np.bincount(pc)
         apart = None
-        if not (len(pc) and on.max() > 1):
+        if not (len(pc) and largest(on) > 1):
             narrowest = self.routes.narrowest_Bps[routes]
-            apart = _Apart(np.flatnonzero(on), narrowest, bool(smallest(narrowest) > _DIVISIBLE_BPS))
+            apart = _Apart(on.nonzero()[0], narrowest, smallest(narrowest) > _DIVISIBLE_BPS)
         if len(self._apart_by_routes) >= _APART_ENTRIES:
             self._apart_by_routes.clear()
         self._apart_by_routes[key] = apart
