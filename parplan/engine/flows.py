@@ -43,6 +43,7 @@ from parplan.engine.arrays import (
     min_max,
     runs,
     smallest,
+    sorted_copy,
 )
 from parplan.engine.kernel import ARRIVE, START, Kernel
 from parplan.engine.recorder import Recorder
@@ -159,10 +160,10 @@ class Flows:
             else:
                 self._push_start(self._after(lo), tasks, rids)
             return
-        order = np.argsort(lat, kind="stable")
+        order = lat.argsort(kind="stable")
         l_sorted = lat[order]
         for a, b in runs(l_sorted):
-            idx = np.sort(order[a:b])
+            idx = sorted_copy(order[a:b])
             latency = float(l_sorted[a])
             if latency == 0.0:
                 self._activate(tasks[idx], rids[idx])
@@ -245,7 +246,7 @@ class Flows:
         if routes.padded:
             real = pc < routes.num_channels
             pc, s_pairs = pc[real], s_pairs[real]
-        sorted_pc = np.sort(pc)
+        sorted_pc = sorted_copy(pc)
         clash = bool(np.count_nonzero(s_pairs < self.ch_until[pc])) or bool(
             np.count_nonzero(sorted_pc[1:] == sorted_pc[:-1])
         )
@@ -386,7 +387,7 @@ class Flows:
         from another slot layout adds the same bits: :mod:`parplan.engine.replay`)."""
         if len(slots) < 2:
             return slots
-        ordered: IntArray = slots[np.argsort(self.s_task[slots], kind="stable")]
+        ordered: IntArray = slots[self.s_task[slots].argsort(kind="stable")]
         return ordered
 
     def reset_slots(self, length: int) -> None:

@@ -68,7 +68,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from parplan.engine.arrays import IntArray, min_max
+from parplan.engine.arrays import IntArray, min_max, sorted_copy
 from parplan.engine.flows import Flows
 from parplan.engine.kernel import ARRIVE, COMPUTE_DONE, DONE, START, Handler, Kernel
 from parplan.engine.recorder import Recorder
@@ -267,7 +267,7 @@ class _Engine:
             k = kind[nxt]
             work.append(nxt[k != MARKER])
             markers = nxt[k == MARKER]
-        released = np.sort(np.concatenate(work))
+        released = sorted_copy(np.concatenate(work))
         kinds = kind[released]
         tr = released[kinds == TRANSFER]
         if len(tr):
@@ -320,12 +320,12 @@ class _Engine:
         red = self.tasks.reduce[tasks]
         num_red = np.count_nonzero(red)
         if not num_red:
-            self._complete(tasks if len(tasks) == 1 else np.sort(tasks))
+            self._complete(tasks if len(tasks) == 1 else sorted_copy(tasks))
             return
         if num_red < len(red):
-            self._complete(np.sort(tasks[~red]))
+            self._complete(sorted_copy(tasks[~red]))
             tasks = tasks[red]
-        self.reduction.submit(tasks if len(tasks) == 1 else np.sort(tasks))
+        self.reduction.submit(tasks if len(tasks) == 1 else sorted_copy(tasks))
 
     def _compute_done(self, task: int) -> None:
         """Priority mode: a compute task ends; its stream starts the next (after its successors

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from parplan.engine.arrays import FloatArray, IdArray, IntArray
+from parplan.engine.arrays import FloatArray, IdArray, IntArray, sorted_copy
 from parplan.engine.kernel import COMPUTE_DONE, DONE, Kernel
 from parplan.engine.tasks import TaskView
 from parplan.errors import SimulationError
@@ -96,7 +96,7 @@ def fifo_book(
         s, e = fifo_book_one(free, busy, int(devs[0]), float(durs[0]), now, log)
         return np.array([s]), np.array([e])
     np.add.at(busy, devs, durs)
-    d_sorted = np.sort(devs)
+    d_sorted = sorted_copy(devs)
     if not np.count_nonzero(d_sorted[1:] == d_sorted[:-1]):  # one task per device: no queueing among them
         s_arr = np.maximum(free[devs], now)
         e_arr = s_arr + durs
@@ -110,8 +110,8 @@ def fifo_book(
     first = np.empty(len(order), dtype=bool)
     first[0] = True
     np.not_equal(d_sorted[1:], d_sorted[:-1], out=first[1:])
-    seg = np.cumsum(first) - 1
-    csum = np.cumsum(dur_sorted)
+    seg = first.cumsum() - 1
+    csum = dur_sorted.cumsum()
     seg_base = (csum - dur_sorted)[first]
     base = np.maximum(free[d_sorted], now)
     queued = base + (csum - dur_sorted)

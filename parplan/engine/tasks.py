@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray, smallest
+from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray, smallest, sorted_copy
 from parplan.errors import SimulationError
 from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, DepArray, IdArray, TaskGraph
 
@@ -236,9 +236,9 @@ class Dependencies:
         else:
             nz = counts > 0
             starts, counts = starts[nz].astype(np.int64), counts[nz]
-            shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+            shift = (starts - (counts.cumsum() - counts)).repeat(counts)
             succ = self.succ_idx[shift + np.arange(total)]
-        succ = np.sort(succ).astype(np.int64, copy=False)  # task ids leave as int64, like the rest
+        succ = sorted_copy(succ).astype(np.int64, copy=False)  # task ids leave as int64, like the rest
         if len(succ) > 1 and np.count_nonzero(succ[1:] == succ[:-1]):
             first = np.empty(len(succ), dtype=bool)
             first[0] = True
