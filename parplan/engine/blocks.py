@@ -123,7 +123,7 @@ class FlowLog:
             self.ties = self.ties or (err != 0.0 and (2.0 if not below else 4.0) * abs(err) == ulp)
             self.sum_max_s = max(self.sum_max_s, s)
         elif len(s):
-            self.ties = self.ties or bool(np.any(_ties(a, b, s)))
+            self.ties = self.ties or bool(np.count_nonzero(_ties(a, b, s)))
             self.sum_max_s = max(self.sum_max_s, largest(s))
 
     def finishes(
@@ -190,7 +190,7 @@ def _ties(a: float | FloatArray, b: float | FloatArray, s: FloatArray) -> npt.ND
     ulp = np.spacing(np.abs(s))
     tie: npt.NDArray[np.bool_] = twice == ulp
     quarter = (err < 0.0) & (2.0 * twice == ulp)
-    if quarter.any():
+    if np.count_nonzero(quarter):
         tie |= quarter & (np.frexp(s)[0] == 0.5)
     return tie
 

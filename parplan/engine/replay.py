@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import EMPTY_I, FloatArray, IntArray
+from parplan.engine.arrays import EMPTY_I, FloatArray, IntArray, min_max
 from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, FlowLog, compact_log, exit_mask, find_blocks, is_entry
 from parplan.engine.kernel import DONE, horizon
 from parplan.errors import SimulationError
@@ -199,7 +199,7 @@ class Replays:
         rec = self.recording
         if rec is None:
             return
-        first, last = (int(tasks[0]),) * 2 if len(tasks) == 1 else (int(tasks.min()), int(tasks.max()))
+        first, last = (int(tasks[0]),) * 2 if len(tasks) == 1 else min_max(tasks)
         if not (rec.lo <= first and last < rec.hi):
             rec.log.clean = False
 
