@@ -264,9 +264,15 @@ class TaskGraphBuilder:
                     raise SimulationError(f"block column {k!r} has {len(chunk[k])} entries, want {n}")
             else:
                 chunk[k] = _repeated(_DEFAULT_ONES[k], n)
-        counts: IntArray = np.diff(np.asarray(dep_offsets, dtype=np.int64)).astype(np.int64)
+        # Array methods and count_nonzero, not np.diff/np.repeat/np.any: their Python wrappers cost
+        # more than the work on the few-task blocks a plan appends by the thousand.
+        offsets = np.asarray(dep_offsets, dtype=np.int64)
+        counts: IntArray = offsets[1:] - offsets[:-1]
         flat: IntArray = np.asarray(dep_indices, dtype=np.int64)
-        if len(flat) and (flat.min() < 0 or np.any(flat >= np.repeat(np.arange(first, first + n), counts))):
+        if len(flat) and (
+            flat.item(flat.argmin()) < 0
+            or np.count_nonzero(flat >= np.arange(first, first + n, dtype=np.int64).repeat(counts))
+        ):
             raise SimulationError("a block task depends on a task that is not earlier")
         self._chunks.append(chunk)
         self._dep_chunks.append((counts, flat))
