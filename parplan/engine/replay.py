@@ -333,7 +333,6 @@ class Replays:
         lo = int(self.lo[rec.block])
         if not rec.exits:
             return [], 0, EMPTY_I
-        # The exits' tasks in one array, each with its call's index: numpy passes, not one per call.
         rel_task = np.concatenate([t for _, t in rec.exits])
         task = rel_task + lo
         call = np.repeat(np.arange(len(rec.exits)), [len(t) for _, t in rec.exits])
@@ -351,13 +350,9 @@ class Replays:
         releases[owner[owner_call == last[succ]] - lo] = True
         keep = releases[rel_task]
         kept_tasks = rel_task[keep]  # each call's releasing tasks in order, the calls one after another
-        ends = np.cumsum(np.bincount(call[keep], minlength=len(rec.exits))).tolist()
-        kept: list[tuple[float, IntArray]] = []
-        start = 0
-        for (rel, _), end in zip(rec.exits, ends, strict=True):
-            if end > start:
-                kept.append((rel, kept_tasks[start:end]))
-            start = end
+        ends = np.bincount(call[keep], minlength=len(rec.exits)).cumsum().tolist()
+        spans = zip(rec.exits, [0, *ends[:-1]], ends, strict=True)
+        kept = [(rel, kept_tasks[a:b]) for (rel, _), a, b in spans if b > a]
         return kept, int(np.count_nonzero(releases)), succ[~releases[owner - lo]] - lo
 
     # -- replaying -----------------------------------------------------------------------------
