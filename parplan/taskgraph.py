@@ -263,10 +263,16 @@ class TaskGraphBuilder:
                 if len(chunk[k]) != n:
                     raise SimulationError(f"block column {k!r} has {len(chunk[k])} entries, want {n}")
             else:
-                chunk[k] = constant(n, _DEFAULTS[k], _DTYPES[k])
-        counts: IntArray = np.diff(np.asarray(dep_offsets, dtype=np.int64)).astype(np.int64)
+                chunk[k] = _repeated(_DEFAULT_ONES[k], n)
+        # Array methods and count_nonzero, not np.diff/np.repeat/np.any: their Python wrappers cost
+        # more than the work on the few-task blocks a plan appends by the thousand.
+        offsets = np.asarray(dep_offsets, dtype=np.int64)
+        counts: IntArray = offsets[1:] - offsets[:-1]
         flat: IntArray = np.asarray(dep_indices, dtype=np.int64)
-        if len(flat) and (flat.min() < 0 or np.any(flat >= np.repeat(np.arange(first, first + n), counts))):
+        if len(flat) and (
+            flat.item(flat.argmin()) < 0
+            or np.count_nonzero(flat >= np.arange(first, first + n, dtype=np.int64).repeat(counts))
+        ):
             raise SimulationError("a block task depends on a task that is not earlier")
         self._chunks.append(chunk)
         self._dep_chunks.append((counts, flat))
@@ -321,6 +327,11 @@ def constant(n: int, value: object, dtype: type) -> np.ndarray:
     """A read-only column of ``n`` equal values that takes no memory (a zero-stride view), for the
     columns a graph does not use: the compute columns of a transfer-only graph, protocol and rate
     ceiling of transfers without them. Read exactly like a full column."""
+    return _repeated(_constant_one(value, dtype), n)
+
+
+def _constant_one(value: object, dtype: type) -> np.ndarray:
+    """The read-only one-element array of ``value`` that :func:`constant` columns view."""
     key = (dtype, type(value), repr(value) if isinstance(value, float) else value)  # -0.0 and nan apart
     one = _CONSTANT_ONES.get(key)
     if one is None:
@@ -328,7 +339,24 @@ def constant(n: int, value: object, dtype: type) -> np.ndarray:
         one.flags.writeable = False
         if len(_CONSTANT_ONES) < 1024:
             _CONSTANT_ONES[key] = one
-    return np.ndarray((n,), dtype=one.dtype, buffer=one, strides=(0,))  # read-only, as ``one`` is
+    return one
+
+
+def _repeated(one: np.ndarray, n: int) -> np.ndarray:
+    """``n`` times the read-only one-element array ``one``, as a zero-stride view of it; the views
+    are kept by length (blocks of one size recur: every bucket of a size lowers alike), each
+    holding its ``one`` alive, so that ``id(one)`` names it while the view is kept."""
+    key = (id(one), n)
+    view = _VIEWS.get(key)
+    if view is None:
+        view = np.ndarray((n,), dtype=one.dtype, buffer=one, strides=(0,))  # read-only, as ``one`` is
+        if len(_VIEWS) >= 4096:
+            _VIEWS.clear()
+        _VIEWS[key] = view
+    return view
+
+
+_VIEWS: dict[tuple[int, int], np.ndarray] = {}
 
 
 _CONSTANT_ONES: dict[tuple[type, type, object], np.ndarray] = {}
@@ -416,3 +444,7 @@ _DEFAULTS: dict[str, object] = {
     "lane": 0,
     "stream": COMPUTE_STREAM,
 }
+
+_DEFAULT_ONES: dict[str, np.ndarray] = {k: _constant_one(_DEFAULTS[k], _DTYPES[k]) for k in _COLUMNS}
+"""Each column's default as the one read-only element its :func:`constant` columns view (blocks
+leave most columns out: a lowered collective sets 9 of 15, a marker block 3)."""

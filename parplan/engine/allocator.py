@@ -19,7 +19,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import FloatArray, IntArray
+from parplan.engine.arrays import FloatArray, IntArray, largest, smallest
 from parplan.engine.routes import RouteTable
 from parplan.errors import SimulationError
 
@@ -32,10 +32,9 @@ _DENSE_KEY_ROUTES = 512
 _ALLOC_CACHE_BYTES = 64 << 20
 # Sets of routes remembered as sharing no channel (or not), at most.
 _APART_ENTRIES = 1 << 16
-_UNSEEN = np.zeros(0, dtype=np.int64)  # a memo miss (None is a memoised answer: routes share a channel)
 
 
-@dataclass
+@dataclass(slots=True)
 class Allocation:
     """The allocation for one multiset of moving flows' routes (its cache key).
 
@@ -170,18 +169,34 @@ def _fill(
         n_on[done] = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Apart:
+    """A set of routes no two of which share a channel: their channels (sorted) and narrowest
+    bandwidths, and whether those are large enough that no split among flows rounds to 0."""
+
+    channels: IntArray
+    narrowest_Bps: FloatArray
+    divisible: bool
+
+
+# A memo miss (None is an answer: the routes share a channel).
+_UNSEEN = _Apart(np.zeros(0, dtype=np.int64), np.zeros(0), False)
+_DIVISIBLE_BPS = 1e-280
+"""Bandwidths above this stay > 0 split among any number of flows a run can hold (< 1e15)."""
+
+
 def _apart_rates(
-    counts: IntArray, narrowest_Bps: FloatArray, channels: IntArray, sharing: bool
+    counts: IntArray, apart: _Apart, shared: bool, sharing: bool
 ) -> tuple[FloatArray, IntArray, bool]:
-    """:func:`max_min_rates` of routes no two of which share a channel (``channels``: theirs):
-    each route's flows split its narrowest channel evenly, the same divisions filling makes."""
-    shared = bool(counts.max() >= 2)
+    """:func:`max_min_rates` of routes no two of which share a channel, ``counts`` flows each
+    (``shared``: some route carries two or more): each route's flows split its narrowest channel
+    evenly, the same divisions filling makes."""
     if not shared or not sharing:
-        return narrowest_Bps, channels, shared
-    rate: FloatArray = narrowest_Bps / counts
-    if not rate.min() > 0:
+        return apart.narrowest_Bps, apart.channels, shared
+    rate: FloatArray = apart.narrowest_Bps / counts
+    if not apart.divisible and not smallest(rate) > 0:
         raise SimulationError("progressive filling found a channel with no capacity left")
-    return rate, channels, shared
+    return rate, apart.channels, shared
 
 
 class AllocationCache:
@@ -198,7 +213,7 @@ class AllocationCache:
         self._cache: dict[bytes, Allocation] = {}
         self._bytes = 0
         self.flushes = 0  # times the cache was emptied (a recorded window must see none)
-        self._apart_by_routes: dict[bytes, IntArray | None] = {}
+        self._apart_by_routes: dict[bytes, _Apart | None] = {}
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -222,16 +237,16 @@ class AllocationCache:
         alloc = self._cache.get(key)
         if alloc is not None:
             return alloc
-        return self._miss(key, per_route, per_route.nonzero()[0] if routes is None else routes)
+        return self._miss(key, per_route, per_route.nonzero()[0] if routes is None else routes, len(rids))
 
-    def _miss(self, key: bytes, per_route: IntArray, routes: IntArray) -> Allocation:
+    def _miss(self, key: bytes, per_route: IntArray, routes: IntArray, num_flows: int) -> Allocation:
         """:meth:`get` for a count vector not in the cache: fill (or split apart routes), keep."""
         table = self.routes
         apart = None if table.weights is not None else self._apart(routes)
         if apart is not None:  # no channel carries two of these routes: no filling to do
-            rate, channels, shared = _apart_rates(
-                per_route[routes], table.narrowest_Bps[routes], apart, self.sharing
-            )
+            # Every route in use carries a flow: one carries two or more iff there are more flows.
+            shared = num_flows > len(routes)
+            rate, channels, shared = _apart_rates(per_route[routes], apart, shared, self.sharing)
         else:
             rate, channels, shared = max_min_rates(
                 table.channels[routes], per_route[routes], table.bandwidth_Bps, table.narrowest_Bps[routes],
@@ -250,9 +265,9 @@ class AllocationCache:
         self._bytes += size
         return alloc
 
-    def _apart(self, routes: IntArray) -> IntArray | None:
-        """The channels of ``routes`` (sorted) when no channel is on two of them, else None;
-        memoised by the set of routes, which recurs far more often than the counts on them."""
+    def _apart(self, routes: IntArray) -> _Apart | None:
+        """``routes`` as :class:`_Apart` when no channel is on two of them, else None; memoised
+        by the set of routes, which recurs far more often than the counts on them."""
         key = routes.tobytes()
         found = self._apart_by_routes.get(key, _UNSEEN)
         if found is not _UNSEEN:
@@ -260,15 +275,24 @@ class AllocationCache:
         pc = self.routes.channels[routes].ravel()
         pc = pc[pc < self.routes.num_channels]
         on = np.bincount(pc)
-        channels = None if len(pc) and on.max() > 1 else np.flatnonzero(on)
+        apart = None
+        if not (len(pc) and largest(on) > 1):
+            narrowest = self.routes.narrowest_Bps[routes]
+            apart = _Apart(on.nonzero()[0], narrowest, smallest(narrowest) > _DIVISIBLE_BPS)
         if len(self._apart_by_routes) >= _APART_ENTRIES:
             self._apart_by_routes.clear()
-        self._apart_by_routes[key] = channels
-        return channels
+        self._apart_by_routes[key] = apart
+        return apart
 
     def flush_busy(self) -> None:
-        """Book the time each cached allocation was in force on its channels."""
-        for alloc in self._cache.values():
-            if alloc.busy_s:
-                self.channel_busy_s[alloc.channels] += alloc.busy_s
-                alloc.busy_s = 0.0
+        """Book the time each cached allocation was in force on its channels: one ``np.add.at``
+        over them all in cache order adds to each channel the same terms in the same order as one
+        increment per allocation would (an allocation's channels are distinct)."""
+        booked = [alloc for alloc in self._cache.values() if alloc.busy_s]
+        if not booked:
+            return
+        channels = [alloc.channels for alloc in booked]
+        seconds = np.repeat([alloc.busy_s for alloc in booked], [len(c) for c in channels])
+        np.add.at(self.channel_busy_s, np.concatenate(channels), seconds)
+        for alloc in booked:
+            alloc.busy_s = 0.0

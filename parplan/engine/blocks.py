@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IdArray, IntArray
+from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IdArray, IntArray, largest
 from parplan.taskgraph import MARKER, TRANSFER
 
 if TYPE_CHECKING:
@@ -123,8 +123,8 @@ class FlowLog:
             self.ties = self.ties or (err != 0.0 and (2.0 if not below else 4.0) * abs(err) == ulp)
             self.sum_max_s = max(self.sum_max_s, s)
         elif len(s):
-            self.ties = self.ties or bool(np.any(_ties(a, b, s)))
-            self.sum_max_s = max(self.sum_max_s, float(np.max(s)))
+            self.ties = self.ties or bool(np.count_nonzero(_ties(a, b, s)))
+            self.sum_max_s = max(self.sum_max_s, largest(s))
 
     def finishes(
         self, tasks: IntArray, a: float | FloatArray, b: FloatArray, s: FloatArray, *, every: bool
@@ -147,7 +147,9 @@ class FlowLog:
         pending_tie = self.pending is not None and self._pending_tie(tasks)
         if pending_tie or (self.tied and not self.tied.isdisjoint(tasks.tolist())):
             self.ties = True
-        self.sum_max_s = max(self.sum_max_s, float(np.max(finish_s)))
+        latest = largest(finish_s)
+        if latest > self.sum_max_s:
+            self.sum_max_s = latest
 
     def _pending_tie(self, tasks: IntArray) -> bool:
         """Whether a pending finish time of one of ``tasks`` was a tie (one task: a scalar check
@@ -188,7 +190,7 @@ def _ties(a: float | FloatArray, b: float | FloatArray, s: FloatArray) -> npt.ND
     ulp = np.spacing(np.abs(s))
     tie: npt.NDArray[np.bool_] = twice == ulp
     quarter = (err < 0.0) & (2.0 * twice == ulp)
-    if quarter.any():
+    if np.count_nonzero(quarter):
         tie |= quarter & (np.frexp(s)[0] == 0.5)
     return tie
 

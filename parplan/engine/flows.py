@@ -33,17 +33,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from parplan.engine.allocator import Allocation, AllocationCache
-from parplan.engine.arrays import EMPTY_F, EMPTY_I, FloatArray, IntArray, TaskColumn, min_max, runs
-from parplan.engine.kernel import ARRIVE, START, Kernel, horizon
+from parplan.engine.arrays import (
+    EMPTY_F,
+    EMPTY_I,
+    FloatArray,
+    IntArray,
+    TaskColumn,
+    largest,
+    min_max,
+    runs,
+    smallest,
+    sorted_copy,
+)
+from parplan.engine.kernel import ARRIVE, START, Kernel
 from parplan.engine.recorder import Recorder
 from parplan.engine.routes import RouteTable
 
 if TYPE_CHECKING:
     from parplan.engine.blocks import FlowLog
-
-
-_smallest = np.minimum.reduce
-"""An array's smallest value (``ndarray.min`` without its Python-level wrapper, run at most events)."""
 
 
 class Flows:
@@ -102,7 +109,7 @@ class Flows:
     def fire(self) -> None:
         """Flows whose last byte is in (ties within the kernel's horizon are grouped) arrive now."""
         now = self.kernel.now
-        done = (self.s_finish[: self.n_live] <= horizon(now)).nonzero()[0]
+        done = (self.s_finish[: self.n_live] <= self.kernel.now_horizon).nonzero()[0]
         tasks = self.s_task[done]
         log = self.log
         if log is None:
@@ -112,11 +119,11 @@ class Flows:
             if len(done):
                 finish = self.s_finish[done]
                 log.used(tasks, finish)
-                last_fired = float(finish.max())
+                last_fired = largest(finish)
             self._release(done)
-            log.fired(last_fired, float(_smallest(self.s_finish)), now)
+            log.fired(last_fired, smallest(self.s_finish), now)
         if self.exclusive:
-            self.next_finish = float(_smallest(self.s_finish))
+            self.next_finish = smallest(self.s_finish)
         else:
             self.dirty = True
         self.on_arrive(tasks)
@@ -153,10 +160,10 @@ class Flows:
             else:
                 self._push_start(self._after(lo), tasks, rids)
             return
-        order = np.argsort(lat, kind="stable")
+        order = lat.argsort(kind="stable")
         l_sorted = lat[order]
         for a, b in runs(l_sorted):
-            idx = np.sort(order[a:b])
+            idx = sorted_copy(order[a:b])
             latency = float(l_sorted[a])
             if latency == 0.0:
                 self._activate(tasks[idx], rids[idx])
@@ -226,7 +233,7 @@ class Flows:
         the flows switch to the shared regime, which redoes these properly)."""
         sizes = self.size_bytes.take(tasks)
         zero = sizes <= 0
-        if zero.any():
+        if np.count_nonzero(zero):
             self.kernel.push_grouped(starts[zero], tasks[zero], ARRIVE)
             keep = ~zero
             tasks, rids, sizes, starts = tasks[keep], rids[keep], sizes[keep], starts[keep]
@@ -235,14 +242,16 @@ class Flows:
         routes = self.routes
         width = routes.channels.shape[1]
         pc = routes.channels[rids].ravel()
-        s_pairs = np.repeat(starts, width)
+        s_pairs = starts.repeat(width)  # the method: np.repeat's Python wrapper costs more
         if routes.padded:
             real = pc < routes.num_channels
             pc, s_pairs = pc[real], s_pairs[real]
-        sorted_pc = np.sort(pc)
-        clash = bool((s_pairs < self.ch_until[pc]).any()) or bool((sorted_pc[1:] == sorted_pc[:-1]).any())
+        sorted_pc = sorted_copy(pc)
+        clash = bool(np.count_nonzero(s_pairs < self.ch_until[pc])) or bool(
+            np.count_nonzero(sorted_pc[1:] == sorted_pc[:-1])
+        )
         if routes.multi is not None and not clash:  # an orbit whose translates share a channel
-            clash = bool(routes.multi[rids].any())
+            clash = bool(np.count_nonzero(routes.multi[rids]))
         self._sync()
         np.add.at(self.rec.route_bytes, rids, sizes)
         if self.log is not None:
@@ -268,8 +277,8 @@ class Flows:
         if clash:
             self._enter_shared()
             return
-        self.ch_until[pc] = np.repeat(finish, width)[real] if routes.padded else np.repeat(finish, width)
-        self.next_finish = min(self.next_finish, float(finish.min()))
+        self.ch_until[pc] = finish.repeat(width)[real] if routes.padded else finish.repeat(width)
+        self.next_finish = min(self.next_finish, smallest(finish))
 
     # -- regimes -----------------------------------------------------------------------------
     def _enter_shared(self) -> None:
@@ -318,7 +327,7 @@ class Flows:
         routes = self.routes
         width = routes.channels.shape[1]
         pc = routes.channels[rids].ravel()
-        f_pairs = np.repeat(finish, width)
+        f_pairs = finish.repeat(width)
         if routes.padded:
             real = pc < routes.num_channels
             pc, f_pairs = pc[real], f_pairs[real]
@@ -346,15 +355,18 @@ class Flows:
         alloc = self.cache.get(rids)
         rate = self.s_rate[:n]
         if self.rate_cap_Bps is None:
-            np.take(alloc.route_rate_Bps, rids, out=rate)
+            alloc.route_rate_Bps.take(rids, out=rate)
         else:
             rate[:] = np.minimum(alloc.route_rate_Bps[rids], self.rate_cap_Bps.take(self.s_task[:n]))
-        left_s = self.s_rem[:n] / rate
         finish = self.s_finish[:n]
-        np.add(now, left_s, out=finish)
-        if self.log is not None:
+        if self.log is None:  # finish = now + left, computed in place (IEEE addition commutes)
+            np.divide(self.s_rem[:n], rate, finish)
+            finish += now
+        else:
+            left_s = self.s_rem[:n] / rate
+            np.add(now, left_s, finish)
             self.log.finishes(self.s_task[:n].copy(), now, left_s, finish.copy(), every=True)
-        self.next_finish = float(_smallest(self.s_finish))
+        self.next_finish = smallest(self.s_finish)
         if alloc.shared or not self.sharing:
             self.alloc = alloc
         else:
@@ -375,7 +387,7 @@ class Flows:
         from another slot layout adds the same bits: :mod:`parplan.engine.replay`)."""
         if len(slots) < 2:
             return slots
-        ordered: IntArray = slots[np.argsort(self.s_task[slots], kind="stable")]
+        ordered: IntArray = slots[self.s_task[slots].argsort(kind="stable")]
         return ordered
 
     def reset_slots(self, length: int) -> None:
@@ -407,8 +419,8 @@ class Flows:
         if len(slots):
             gone = np.zeros(old, dtype=bool)
             gone[slots] = True
-            holes = np.flatnonzero(gone[:new])
-            movers = new + np.flatnonzero(~gone[new:])
+            holes = gone[:new].nonzero()[0]
+            movers = new + (~gone[new:]).nonzero()[0]
             for column in columns:
                 column[holes] = column[movers]
         self.s_task[new:old] = -1

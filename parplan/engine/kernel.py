@@ -71,6 +71,7 @@ class Kernel:
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.now_horizon = horizon(0.0)  # horizon(now), set with each step's instant
         self.heap: list[tuple[float, int, int, object]] = []
         self.seq = 0
         self.num_events = 0  # distinct instants the run stopped at
@@ -108,13 +109,14 @@ class Kernel:
         while True:
             t_clock = next_instant()
             t = heap[0][0] if heap and heap[0][0] < t_clock else t_clock
+            self.now_horizon = now_horizon = t + max(t * TIE_REL, TIE_ABS)  # horizon(t), inlined
             if self.watch is not None:
                 self.watch(t, t_clock)
             if t == math.inf:
                 return
             self.now = t
             self.num_events += 1
-            if t_clock <= t + max(t * TIE_REL, TIE_ABS):  # horizon(t), inlined
+            if t_clock <= now_horizon:
                 fire()
             while heap and heap[0][0] <= t:
                 _, kind, _, payload = pop(heap)

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import EMPTY_I, FloatArray, IntArray
+from parplan.engine.arrays import EMPTY_I, FloatArray, IntArray, min_max
 from parplan.engine.blocks import MIN_BLOCK_TRANSFERS, FlowLog, compact_log, exit_mask, find_blocks, is_entry
 from parplan.engine.kernel import DONE, horizon
 from parplan.errors import SimulationError
@@ -199,7 +199,7 @@ class Replays:
         rec = self.recording
         if rec is None:
             return
-        first, last = (int(tasks[0]),) * 2 if len(tasks) == 1 else (int(tasks.min()), int(tasks.max()))
+        first, last = (int(tasks[0]),) * 2 if len(tasks) == 1 else min_max(tasks)
         if not (rec.lo <= first and last < rec.hi):
             rec.log.clean = False
 
@@ -226,7 +226,7 @@ class Replays:
         if rec.done == rec.hi - rec.lo:
             self._finish(rec)
             return
-        fired = t_clock <= horizon(t)
+        fired = t_clock <= self.kernel.now_horizon  # horizon(t): the kernel has it
         if fired and t_clock != t:
             # The clock fires early, at a heap event's instant within its tie horizon: fine when
             # the event is the block's own (the margin is checked at the new time), not otherwise.
@@ -333,12 +333,14 @@ class Replays:
         lo = int(self.lo[rec.block])
         if not rec.exits:
             return [], 0, EMPTY_I
-        call = np.concatenate([np.full(len(t), k) for k, (_, t) in enumerate(rec.exits)])
-        task = np.concatenate([t for _, t in rec.exits]) + lo
-        off = np.asarray(self.deps.succ_off, dtype=np.int64)
-        counts = off[task + 1] - off[task]
-        pos = np.repeat(off[task] - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
-        succ = np.asarray(self.deps.succ_idx, dtype=np.int64)[pos]
+        rel_task = np.concatenate([t for _, t in rec.exits])
+        task = rel_task + lo
+        call = np.repeat(np.arange(len(rec.exits)), [len(t) for _, t in rec.exits])
+        s_off = self.deps.succ_off
+        first = s_off[task].astype(np.int64)
+        counts = s_off[task + 1].astype(np.int64) - first
+        pos = np.repeat(first - (np.cumsum(counts) - counts), counts) + np.arange(int(counts.sum()))
+        succ = self.deps.succ_idx[pos].astype(np.int64)
         owner, owner_call = np.repeat(task, counts), np.repeat(call, counts)
         out = (succ < lo) | (succ >= int(self.hi[rec.block]))
         succ, owner, owner_call = succ[out], owner[out], owner_call[out]
@@ -346,8 +348,11 @@ class Replays:
         np.maximum.at(last, succ, owner_call)
         releases = np.zeros(int(self.hi[rec.block]) - lo, dtype=bool)
         releases[owner[owner_call == last[succ]] - lo] = True
-        exits = [(rel, t[releases[t]]) for rel, t in rec.exits]
-        kept = [(rel, t) for rel, t in exits if len(t)]
+        keep = releases[rel_task]
+        kept_tasks = rel_task[keep]  # each call's releasing tasks in order, the calls one after another
+        ends = np.bincount(call[keep], minlength=len(rec.exits)).cumsum().tolist()
+        spans = zip(rec.exits, [0, *ends[:-1]], ends, strict=True)
+        kept = [(rel, kept_tasks[a:b]) for (rel, _), a, b in spans if b > a]
         return kept, int(np.count_nonzero(releases)), succ[~releases[owner - lo]] - lo
 
     # -- replaying -----------------------------------------------------------------------------

@@ -92,13 +92,20 @@ class RouteTable:
         """A figure per table channel as a figure per network channel (here: the same array)."""
         return per_channel
 
+    def id_of(self, src: int, dst: int) -> int:
+        """The plain route id of graph devices ``src`` to ``dst`` when it is known, else -1: one
+        transfer (the shared regime's usual batch) looked up by scalars, no numpy temporaries."""
+        if not len(self._table):
+            return -1
+        key = self.net_dev.item(src) * self.num_net_dev + self.net_dev.item(dst)
+        rid: int = self._table.item(key) - 1
+        return rid
+
     def ids(self, src: IdArray, dst: IdArray, lane: LaneArray | None = None) -> IntArray:
         """Route ids for graph device pairs (on ``lane``: None or 0 is the plain route), asking the
         network for routes not seen before."""
-        if len(src) == 1 and len(self._table) and (lane is None or not lane[0]):
-            # One transfer (the shared regime's usual batch): scalar lookups, no numpy temporaries.
-            key = int(self.net_dev[src[0]]) * self.num_net_dev + int(self.net_dev[dst[0]])
-            rid = int(self._table[key]) - 1
+        if len(src) == 1 and (lane is None or not lane[0]):
+            rid = self.id_of(int(src[0]), int(dst[0]))
             if rid >= 0:
                 return np.array([rid], dtype=np.int64)
         keys = self.net_dev[src] * self.num_net_dev + self.net_dev[dst]

@@ -68,7 +68,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from parplan.engine.arrays import IntArray, min_max
+from parplan.engine.arrays import IntArray, min_max, sorted_copy
 from parplan.engine.flows import Flows
 from parplan.engine.kernel import ARRIVE, COMPUTE_DONE, DONE, START, Handler, Kernel
 from parplan.engine.recorder import Recorder
@@ -267,7 +267,7 @@ class _Engine:
             k = kind[nxt]
             work.append(nxt[k != MARKER])
             markers = nxt[k == MARKER]
-        released = np.sort(np.concatenate(work))
+        released = sorted_copy(np.concatenate(work))
         kinds = kind[released]
         tr = released[kinds == TRANSFER]
         if len(tr):
@@ -281,6 +281,17 @@ class _Engine:
         (unless they start a block that is replayed: :mod:`parplan.engine.replay`)."""
         if self.replays is not None and self.replays.issue(tasks):
             return
+        if len(tasks) == 1 and self.tasks.lane is None:  # one transfer (the usual batch): scalar reads
+            task = tasks.item(0)
+            sender, receiver = self.tasks.device.item(task), self.tasks.dst.item(task)
+            if sender == receiver:
+                self.kernel.push(self.kernel.now, ARRIVE, tasks)
+                return
+            rid = self.routes.id_of(sender, receiver)
+            if rid >= 0:  # a known route: the recorder has its row already
+                rids = np.array([rid], dtype=np.int64)
+                self.flows.issue(tasks, rids, None if self.pricer.plain else self.pricer.delay_s(tasks, rids))
+                return
         src = self.tasks.device[tasks]
         dst = self.tasks.dst[tasks]
         same = src == dst
@@ -309,12 +320,12 @@ class _Engine:
         red = self.tasks.reduce[tasks]
         num_red = np.count_nonzero(red)
         if not num_red:
-            self._complete(tasks if len(tasks) == 1 else np.sort(tasks))
+            self._complete(tasks if len(tasks) == 1 else sorted_copy(tasks))
             return
         if num_red < len(red):
-            self._complete(np.sort(tasks[~red]))
+            self._complete(sorted_copy(tasks[~red]))
             tasks = tasks[red]
-        self.reduction.submit(tasks if len(tasks) == 1 else np.sort(tasks))
+        self.reduction.submit(tasks if len(tasks) == 1 else sorted_copy(tasks))
 
     def _compute_done(self, task: int) -> None:
         """Priority mode: a compute task ends; its stream starts the next (after its successors

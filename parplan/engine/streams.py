@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from parplan.engine.arrays import FloatArray, IdArray, IntArray
+from parplan.engine.arrays import FloatArray, IdArray, IntArray, sorted_copy
 from parplan.engine.kernel import COMPUTE_DONE, DONE, Kernel
 from parplan.engine.tasks import TaskView
 from parplan.errors import SimulationError
@@ -53,6 +53,25 @@ def device_rates(
     return flop_rate, gamma
 
 
+def fifo_book_one(
+    free: FloatArray, busy: FloatArray, d: int, dur_s: float, now: float, log: FlowLog | None = None
+) -> tuple[float, float]:
+    """:func:`fifo_book` of one task on stream ``d`` in Python floats (the same IEEE operations):
+    its start and end.
+
+    >>> free, busy = np.array([2.0]), np.zeros(1)
+    >>> fifo_book_one(free, busy, 0, 1.5, 1.0), free.tolist(), busy.tolist()
+    ((2.0, 3.5), [3.5], [1.5])
+    """
+    s = max(now, free.item(d))
+    e = s + dur_s
+    if log is not None:
+        log.sums(s, dur_s, e)
+    free[d] = e
+    busy[d] += dur_s
+    return s, e
+
+
 def fifo_book(
     free: FloatArray,
     busy: FloatArray,
@@ -74,16 +93,10 @@ def fifo_book(
     ([0.0, 1.0, 0.0], [1.0, 3.0, 4.0], [3.0, 4.0])
     """
     if len(tasks) == 1:
-        d = int(devs[0])
-        s = max(now, float(free[d]))
-        e = s + float(durs[0])
-        if log is not None:
-            log.sums(s, float(durs[0]), e)
-        free[d] = e
-        busy[d] += float(durs[0])
+        s, e = fifo_book_one(free, busy, int(devs[0]), float(durs[0]), now, log)
         return np.array([s]), np.array([e])
     np.add.at(busy, devs, durs)
-    d_sorted = np.sort(devs)
+    d_sorted = sorted_copy(devs)
     if not np.count_nonzero(d_sorted[1:] == d_sorted[:-1]):  # one task per device: no queueing among them
         s_arr = np.maximum(free[devs], now)
         e_arr = s_arr + durs
@@ -97,8 +110,8 @@ def fifo_book(
     first = np.empty(len(order), dtype=bool)
     first[0] = True
     np.not_equal(d_sorted[1:], d_sorted[:-1], out=first[1:])
-    seg = np.cumsum(first) - 1
-    csum = np.cumsum(dur_sorted)
+    seg = first.cumsum() - 1
+    csum = dur_sorted.cumsum()
     seg_base = (csum - dur_sorted)[first]
     base = np.maximum(free[d_sorted], now)
     queued = base + (csum - dur_sorted)
@@ -227,6 +240,17 @@ class ReductionStreams:
 
     def submit(self, tasks: IntArray) -> None:
         """Reducing transfers ``tasks`` (sorted by id) have arrived now; they end when reduced."""
+        if len(tasks) == 1:  # one arrival (the usual batch of a shared run): scalar reads
+            task = tasks.item(0)
+            dev = self.tasks.dst.item(task)
+            if self.receiver is not None:
+                dev = self.receiver.item(dev)
+            dur = self.gamma_s_per_byte.item(dev) * self.tasks.size_bytes.item(task)
+            if self.log is not None:
+                self.log.add_reduce(np.array([dev]), np.array([dur]))
+            _, end = fifo_book_one(self.free, self.busy_s, dev, dur, self.kernel.now, self.log)
+            self.kernel.push(end, DONE, tasks)
+            return
         devs = self.tasks.dst[tasks] if self.receiver is None else self.receiver[self.tasks.dst[tasks]]
         durs = self.gamma_s_per_byte[devs] * self.tasks.size_bytes[tasks]
         if self.log is not None:

@@ -292,14 +292,19 @@ class OrbitRoutes(RouteTable):
         out[used] = per_channel[self.quotient.channel_orbit[used]]
         return out
 
+    def id_of(self, src: int, dst: int) -> int:
+        """The plain route id of a representative transfer from ``src`` to ``dst``, else -1."""
+        return self._id_by_code(src, dst, 0)
+
+    def _id_by_code(self, src: int, dst: int, lane: int) -> int:
+        rid = self._by_code.get((src * self._num_dev + dst) * self._span + lane)
+        return -1 if rid is None else int(rid)
+
     def ids(self, src: IdArray, dst: IdArray, lane: LaneArray | None = None) -> IntArray:
         """Route ids of representative transfers (every one was routed by :func:`find_quotient`)."""
         if len(src) == 1:  # the usual batch: one representative
-            code = (int(src[0]) * self._num_dev + int(dst[0])) * self._span + (
-                0 if lane is None else int(lane[0])
-            )
-            rid = self._by_code.get(code)
-            if rid is not None:
+            rid = self._id_by_code(int(src[0]), int(dst[0]), 0 if lane is None else int(lane[0]))
+            if rid >= 0:
                 return np.array([rid], dtype=np.int64)
         codes = src.astype(np.int64) * self._num_dev + dst
         codes = codes * self._span + (0 if lane is None else lane.astype(np.int64))

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray
+from parplan.engine.arrays import EMPTY_I, SMALL_BATCH, FloatArray, IntArray, smallest, sorted_copy
 from parplan.errors import SimulationError
 from parplan.taskgraph import COMPUTE, MARKER, TRANSFER, DepArray, IdArray, TaskGraph
 
@@ -228,22 +228,22 @@ class Dependencies:
             return np.array(out, dtype=np.int64)
         starts = succ_off[tasks]
         counts = succ_off[tasks + 1] - starts
-        total = int(counts.sum())
+        total = int(np.add.reduce(counts))  # the ufunc: ndarray.sum's Python wrapper costs more
         if total == 0:
             return EMPTY_I
-        if total == len(tasks) and counts.min() == 1:
+        if total == len(tasks) and smallest(counts) == 1:
             succ = self.succ_idx[starts]
         else:
             nz = counts > 0
             starts, counts = starts[nz].astype(np.int64), counts[nz]
-            shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+            shift = (starts - (counts.cumsum() - counts)).repeat(counts)
             succ = self.succ_idx[shift + np.arange(total)]
-        succ = np.sort(succ).astype(np.int64, copy=False)  # task ids leave as int64, like the rest
+        succ = sorted_copy(succ).astype(np.int64, copy=False)  # task ids leave as int64, like the rest
         if len(succ) > 1 and np.count_nonzero(succ[1:] == succ[:-1]):
             first = np.empty(len(succ), dtype=bool)
             first[0] = True
             np.not_equal(succ[1:], succ[:-1], out=first[1:])
-            pos = np.flatnonzero(first)
+            pos = first.nonzero()[0]
             uniq = succ[pos]
             self.remaining[uniq] -= np.diff(np.append(pos, len(succ))).astype(self.remaining.dtype)
             succ = uniq

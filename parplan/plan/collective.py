@@ -39,6 +39,7 @@ several equally good paths (a GPU with several NICs).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -285,16 +286,52 @@ def _outside_edges(
 
 
 def _ready_edges(schedule: Schedule, ready: IntArray) -> tuple[IntArray, IntArray]:
-    """Per step, the ready markers it must wait for (sender's; receiver's when reducing).
+    """Per step, the ready markers it must wait for (sender's; receiver's when reducing): the
+    counts and, in step order, the ranks whose marker each waits for (:func:`_edges`) as marker ids."""
+    edges = _edges(schedule)
+    flat: IntArray = ready[edges.ready_ranks]
+    return edges.ready_counts, flat
 
-    A step reads rank r's own data when r sends it or r reduces into it ("r-reading"). It needs r's
-    ready marker unless one of its direct dependencies is itself r-reading (which, by induction in
-    step order, already waits for that marker).
+
+def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
+    """Per rank, the steps its done marker depends on (as task ids, grouped by rank; :func:`_edges`)."""
+    edges = _edges(schedule)
+    grouped: IntArray = edges.done_steps + first
+    return edges.done_counts, grouped
+
+
+@dataclass(frozen=True)
+class _Edges:
+    """The ready and done edges of a schedule, relative to it (every bucket of a size lowers the
+    same schedule object: they are found once, :data:`_EDGES`)."""
+
+    ready_counts: IntArray  # per step, how many ready markers it waits for (0 to 2)
+    ready_ranks: IntArray  # the ranks of those markers, step by step (sender's first)
+    done_counts: IntArray  # per rank, the steps its done marker waits for
+    done_steps: IntArray  # those steps, grouped by rank, ascending within a rank
+
+
+_EDGES: weakref.WeakKeyDictionary[Schedule, _Edges] = weakref.WeakKeyDictionary()
+"""The edges of the schedules lowered while they live (a schedule is read-only by convention)."""
+
+
+def _edges(schedule: Schedule) -> _Edges:
+    """The ready and done edges of ``schedule``, found once per schedule object.
+
+    Ready: a step reads rank r's own data when r sends it or r reduces into it ("r-reading"). It
+    needs r's ready marker unless one of its direct dependencies is itself r-reading (which, by
+    induction in step order, already waits for that marker). Done: rank r is done when every step
+    into r is done (it holds its result); it suffices to wait for the steps into r that no other
+    step into r depends on.
     """
+    found = _EDGES.get(schedule)
+    if found is not None:
+        return found
     src, dst, red = schedule.src, schedule.dst, schedule.reduce
-    n = schedule.num_steps
+    p, n = schedule.num_ranks, schedule.num_steps
     dep = schedule.dep_indices
-    edge_step = np.repeat(np.arange(n, dtype=np.int64), np.diff(schedule.dep_offsets))
+    counts = np.diff(schedule.dep_offsets)
+    edge_step = np.repeat(np.arange(n, dtype=np.int64), counts)
     # For edge (step i -> dep j): does j read rank src[i] / rank dst[i]?
     reads_src = (src[dep] == src[edge_step]) | (red[dep] & (dst[dep] == src[edge_step]))
     reads_dst = (src[dep] == dst[edge_step]) | (red[dep] & (dst[dep] == dst[edge_step]))
@@ -302,27 +339,10 @@ def _ready_edges(schedule: Schedule, ready: IntArray) -> tuple[IntArray, IntArra
     covered_dst = np.zeros(n, dtype=bool)
     covered_src[edge_step[reads_src]] = True
     covered_dst[edge_step[reads_dst]] = True
-    p = schedule.num_ranks  # switch ranks have no ready marker
-    need_src = ~covered_src & (src < p)
+    need_src = ~covered_src & (src < p)  # switch ranks have no ready marker
     need_dst = red & ~covered_dst & (dst != src) & (dst < p)
-    counts = need_src.astype(np.int64) + need_dst.astype(np.int64)
     # Per step: sender's marker first, then receiver's.
-    ready = np.concatenate([ready, np.full(len(schedule.switches), -1, dtype=np.int64)])
-    pairs = np.stack([np.where(need_src, ready[src], -1), np.where(need_dst, ready[dst], -1)], axis=1).ravel()
-    flat: IntArray = pairs[pairs >= 0]
-    return counts, flat
-
-
-def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
-    """Per rank, the steps its done marker depends on (as task ids, grouped by rank).
-
-    Rank r is done when every step into r is done (it holds its result); it suffices to wait for
-    the steps into r that no other step into r depends on.
-    """
-    dst = schedule.dst
-    p, n = schedule.num_ranks, schedule.num_steps
-    dep = schedule.dep_indices
-    counts = np.diff(schedule.dep_offsets)
+    pairs = np.stack([np.where(need_src, src, -1), np.where(need_dst, dst, -1)], axis=1).ravel()
     covered = np.zeros(n, dtype=bool)
     if len(dep):
         covered[dep[dst[dep] == np.repeat(dst, counts)]] = True
@@ -331,9 +351,13 @@ def _done_edges(schedule: Schedule, first: int) -> tuple[IntArray, IntArray]:
     # Group by rank with a stable sort (radix sort for 16-bit keys), steps ascending within a rank.
     key = ranks.astype(np.int16) if p <= np.iinfo(np.int16).max else ranks
     order = np.argsort(key, kind="stable")
-    rank_counts = np.bincount(ranks, minlength=p).astype(np.int64)
-    grouped: IntArray = steps[order] + first
-    return rank_counts, grouped
+    found = _EDGES[schedule] = _Edges(
+        ready_counts=need_src.astype(np.int64) + need_dst.astype(np.int64),
+        ready_ranks=pairs[pairs >= 0].astype(np.int64),
+        done_counts=np.bincount(ranks, minlength=p).astype(np.int64),
+        done_steps=steps[order],
+    )
+    return found
 
 
 def _add_markers(builder: TaskGraphBuilder, counts: IntArray, flat: IntArray, labels: IntArray) -> list[int]:

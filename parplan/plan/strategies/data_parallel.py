@@ -247,12 +247,18 @@ def _replica_devices(ctx: PlanContext, strategy: DataParallelStrategy) -> list[s
 
 
 def _forward_backward(
-    b: TaskGraphBuilder, ctx: PlanContext, device: str, order: Sequence[str], shard: int
+    b: TaskGraphBuilder, ctx: PlanContext, device: str, order: Sequence[str], shard: int, memo: _Seconds
 ) -> int:
-    """One replica's forward of the whole model, then backward node by node in reverse model
-    order, each after the one before, appended as one block; returns the forward task's id."""
-    seconds = [forward_seconds(ctx, device, order, shard)]
-    seconds.extend(backward_seconds(ctx, device, (node,), shard) for node in reversed(order))
+    """One replica's forward of the whole model, then backward node by node in reverse model order,
+    each after the one before, as one block; returns the forward task's id. ``memo`` keeps the
+    seconds by what they depend on: the shard and the device's rate (its name, under jitter)."""
+    jitter = ctx.training.straggler_jitter > 0.0
+    key = (device if jitter else ctx.network.device(device).effective_flop_per_s, shard)
+    seconds = memo.get(key)
+    if seconds is None:
+        listed = [forward_seconds(ctx, device, order, shard)]
+        listed.extend(backward_seconds(ctx, device, (node,), shard) for node in reversed(order))
+        seconds = memo[key] = np.array(listed, dtype=np.float64)
     categories = [b.category_id("forward"), b.category_id("backward")]
     labels = [b.label_id("forward"), *(b.label_id(f"bwd {node}") for node in reversed(order))]
     n = len(seconds)
@@ -261,13 +267,16 @@ def _forward_backward(
         {
             "kind": constant(n, COMPUTE, np.int8),
             "device": constant(n, b.device_id(device), np.int32),
-            "seconds": np.array(seconds, dtype=np.float64),
+            "seconds": seconds,
             "category": np.repeat(np.array(categories, dtype=np.int32), [1, n - 1]),
             "label": np.array(labels, dtype=np.int32),
         },
         np.concatenate([[0], np.arange(n, dtype=np.int64)]),
         np.arange(first, first + n - 1, dtype=np.int64),
     )
+
+
+_Seconds = dict[tuple[str | float, int], np.ndarray]  # a replica's seconds by device rate (or name), shard
 
 
 def expand(ctx: PlanContext, strategy: DataParallelStrategy) -> PlanWork:
@@ -283,8 +292,9 @@ def expand(ctx: PlanContext, strategy: DataParallelStrategy) -> PlanWork:
     b = TaskGraphBuilder(devices)
     bwd_task: list[dict[str, int]] = []
     last_bwd: list[int] = []
+    seconds_memo: _Seconds = {}
     for d, shard in zip(devices, shards, strict=True):
-        first = _forward_backward(b, ctx, d, order, shard)
+        first = _forward_backward(b, ctx, d, order, shard, seconds_memo)
         bwd_task.append({node: first + 1 + i for i, node in enumerate(reversed(order))})
         last_bwd.append(first + len(order))
     buckets = gradient_buckets(ctx, order, agg.bucket_size_bytes) if n > 1 else ()
