@@ -49,7 +49,7 @@ from parplan.plan.sharded.sync import UnitParams
 
 if TYPE_CHECKING:
     from parplan.config.strategy import ShardedStrategy
-    from parplan.model.transformer import TransformerShape
+    from parplan.model.transformer import Op, TransformerShape
     from parplan.plan.base import PlanContext
     from parplan.plan.sharded.clock import GroupClock
     from parplan.plan.sharded.costs import ShardedLayout
@@ -107,6 +107,7 @@ class ChunkBuilder:
         self._all_comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._memory: dict[tuple[Any, ...], float] = {}
         self._roofs: dict[tuple[Any, ...], Roofline] = {}
+        self._op_seconds: dict[tuple[int, str], dict[tuple[Op, bool], float]] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -140,10 +141,13 @@ class ChunkBuilder:
 
     def _roofline(self, key: tuple[Any, ...], s: ShardedStrategy, info: DeviceInfo) -> Roofline:
         """The :class:`~parplan.plan.sharded.blocks.Roofline` of block key ``key``: the block's
-        figures and its memory-bound share read one (it works the block's ops out once)."""
+        figures and its memory-bound share read one (it works the block's ops out once), and the
+        Rooflines of one device kind and dtype share their ops' seconds (keys alike but for the
+        recomputation or the pipeline run the same ops)."""
         found = self._roofs.get(key)
         if found is None:
-            found = self._roofs[key] = Roofline(self.ctx, s, self.shape, info)
+            ops = self._op_seconds.setdefault((key[-1], s.dtype), {})  # per device kind and dtype
+            found = self._roofs[key] = Roofline(self.ctx, s, self.shape, info, op_memo=ops)
         return found
 
     def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
