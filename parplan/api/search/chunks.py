@@ -207,8 +207,16 @@ class ChunkBuilder:
             return_inverse=True,
         )
         info = self.ctx.network.device(mesh.device({"pp": 0}))
-        comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in strategies])  # [K, T, 12]
-        shares = np.asarray([self._memory_share(s, mesh, info) for s in strategies])  # [K]
+        # keys alike but for the FSDP copies share one block key: what reads no more than it (the
+        # calls, the memory-bound share, hops, micro-batches, activations, buffers) once per block key
+        firsts: dict[tuple[Any, ...], int] = {}
+        alike = np.asarray([firsts.setdefault(self._key(s, mesh, info), k) for k, s in enumerate(strategies)])
+        _, block_of = np.unique(alike, return_inverse=True)  # each key's block key, in first-seen order
+        reps = [strategies[k] for k in sorted(firsts.values())]
+        comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in reps])[
+            block_of
+        ]  # [K, T, 12]
+        shares = np.asarray([self._memory_share(s, mesh, info) for s in reps])[block_of]  # [K]
         shares = np.broadcast_to(shares[:, None, None], (len(strategies), len(types), 1))
         sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms, shares], axis=2)
         per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 18]
@@ -219,7 +227,7 @@ class ChunkBuilder:
         hops, ms, activations, buffers = [], [], [], []
         pp_index, pp_groups = self._groups(mesh, ("pp",))
         pp_classes = sorted(set(pp_index.tolist()))  # the max over stages is the max over classes
-        for s in strategies:
+        for s in reps:
             m = microbatches_per_pipeline(s, self.ctx.training.global_batch_size, mesh.dp)
             size = p2p_bytes(s, self.shape)
             hop = 0.0
@@ -234,10 +242,10 @@ class ChunkBuilder:
         return Micro(
             micro=micro,
             first_backward_s=chunks.backward_s[..., 0],
-            hop_s=np.asarray(hops),
-            microbatches=np.asarray(ms),
-            activations_bytes=np.stack(activations),
-            buffers_bytes=np.asarray(buffers),
+            hop_s=np.asarray(hops)[block_of],
+            microbatches=np.asarray(ms)[block_of],
+            activations_bytes=np.stack(activations)[block_of],
+            buffers_bytes=np.asarray(buffers)[block_of],
         )
 
     def _groups(self, mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
