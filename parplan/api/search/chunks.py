@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from parplan.api.search.holdings import StageActivations
 from parplan.api.search.meshes import Meshes, device_kind, stage_groups
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.compute import comm_compute_share
 from parplan.plan.sharded.blocks import Roofline, bus_bytes, chunk_calls
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import block_figures, block_memory_share, split_layers
-from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
+from parplan.plan.sharded.memory import microbatch_buffers
 from parplan.plan.sharded.mesh import microbatches_per_pipeline
 from parplan.plan.sharded.parts import (
     accumulation_seconds,
@@ -96,11 +97,10 @@ class ChunkBuilder:
         self._stage_groups: dict[tuple[Any, ...], tuple[np.ndarray, list[tuple[Any, ...]]]] = {}
         self._blocks: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._times: dict[tuple[Any, ...], float] = {}
-        self._held: dict[tuple[Any, ...], np.ndarray] = {}
         self._comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._rows: dict[tuple[Any, ...], np.ndarray] = {}
         self._indices: dict[tuple[Any, ...], np.ndarray] = {}
-        self._prefixes: dict[tuple[float, int], np.ndarray] = {}
+        self.activations = StageActivations(shape)
         self._kinds: dict[str, int] = {}
         self._kind_numbers: dict[DeviceInfo, int] = {}
         self._palettes: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
@@ -213,9 +213,8 @@ class ChunkBuilder:
         alike = np.asarray([firsts.setdefault(self._key(s, mesh, info), k) for k, s in enumerate(strategies)])
         _, block_of = np.unique(alike, return_inverse=True)  # each key's block key, in first-seen order
         reps = [strategies[k] for k in sorted(firsts.values())]
-        comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in reps])[
-            block_of
-        ]  # [K, T, 12]
+        comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in reps])  # [B, T, 12]
+        comms = comms[block_of]  # [K, T, 12]
         shares = np.asarray([self._memory_share(s, mesh, info) for s in reps])[block_of]  # [K]
         shares = np.broadcast_to(shares[:, None, None], (len(strategies), len(types), 1))
         sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms, shares], axis=2)
@@ -236,7 +235,8 @@ class ChunkBuilder:
                 hop = max(self.seconds(call, pp_groups[c][0]) for c in pp_classes)
             hops.append(hop)
             ms.append(m)
-            activations.append(self._activations(s, mesh, info, m, blocks_on_stage))
+            per_block, working = self._block(s, mesh, info)[3]
+            activations.append(self.activations.of(s, pp, m, blocks_on_stage, per_block, working))
             view = _View(s, self.shape, mesh, size)
             buffers.append(microbatch_buffers(cast("ShardedLayout", view)))
         return Micro(
@@ -430,32 +430,3 @@ class ChunkBuilder:
                     out[8 + column, j] = t * comm_compute_share(info, channels, t, moved, memory_share)
             found = self._rows[key] = out
         return found
-
-    def _activations(
-        self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo, m: int, blocks: np.ndarray
-    ) -> np.ndarray:
-        """``[pp]``: :func:`~parplan.plan.sharded.memory.stage_memory`'s activations per stage."""
-        shape, pp, v = self.shape, mesh.pp, s.virtual_stages
-        per_block, working = self._block(s, mesh, info)[3]
-        key = (s.schedule, m, pp, v)
-        held = self._held.get(key)
-        if held is None:
-            held = self._held[key] = np.asarray(
-                [inflight_chunks(s.schedule, m, pp, st, v) for st in range(pp)]
-            )
-        width = int(blocks.max())
-        prefix = self._prefixes.get((per_block, width))
-        if prefix is None:  # 0, one block's, two blocks' ... added one at a time
-            prefix = self._prefixes[(per_block, width)] = np.add.accumulate(
-                np.concatenate([[0.0], np.full(width, per_block)])
-            )
-        layers = prefix[blocks]
-        total = layers * held + working
-        tokens = s.microbatch_size * shape.sequence_length / s.cp
-        sp_split = s.tp if s.sequence_parallel else 1
-        if shape.dropout:
-            total[0] += tokens * shape.hidden / sp_split * held[0]
-        total[pp - 1] += tokens * shape.hidden * shape.bytes_per_element / sp_split
-        per_logit = EAGER_LOGIT_BYTES if s.kernels == "eager" else LOGIT_BYTES
-        total[pp - 1] += per_logit * tokens * shape.vocabulary / s.tp
-        return np.asarray(total)

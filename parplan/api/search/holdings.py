@@ -3,7 +3,8 @@ units in model order (the embedding on stage 0, its blocks, the head on the last
 parameter sums, and what those give per data-parallel layout: the optimizer's seconds and the
 model state's bytes (:func:`~parplan.plan.sharded.memory.stage_memory`'s terms), each summed as
 the layout path sums it, so the figures are its figures bit for bit. Memoised on what they read;
-:class:`~parplan.api.search.stages.SyncBuilder` adds the stage's calls.
+:class:`~parplan.api.search.stages.SyncBuilder` adds the stage's calls. And the activations a
+stage holds per micro-batch key (:class:`StageActivations`, which the chunk builder reads).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks
 from parplan.plan.sharded.parts import block_unit, embedding_unit, head_unit, optimizer_seconds
 from parplan.plan.sharded.sync import (
     UnitParams,
@@ -151,3 +155,43 @@ def units_key(kind: tuple[Any, ...]) -> tuple[bool, bool, int]:
     embedding first and head last, so any split of the blocks gives one sequence of units: the
     calls and the unit sums are alike; the model state, summed per chunk, is not)."""
     return (kind[0], kind[1], sum(kind[2]))
+
+
+class StageActivations:
+    """The activations each pipeline stage holds (:func:`~parplan.plan.sharded.memory.stage_memory`'s
+    terms), memoised per schedule and per block figure for one search."""
+
+    def __init__(self, shape: TransformerShape) -> None:
+        self.shape = shape
+        self._held: dict[tuple[Any, ...], np.ndarray] = {}
+        self._prefixes: dict[tuple[float, int], np.ndarray] = {}
+
+    def of(
+        self, s: ShardedStrategy, pp: int, m: int, blocks: np.ndarray, per_block: float, working: float
+    ) -> np.ndarray:
+        """``[pp]``: the activations of each stage holding ``blocks[stage]`` blocks of ``per_block``
+        bytes each (and ``working`` bytes of one block's at work) under ``s`` with ``m``
+        micro-batches."""
+        shape, v = self.shape, s.virtual_stages
+        key = (s.schedule, m, pp, v)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = np.asarray(
+                [inflight_chunks(s.schedule, m, pp, st, v) for st in range(pp)]
+            )
+        width = int(blocks.max())
+        prefix = self._prefixes.get((per_block, width))
+        if prefix is None:  # 0, one block's, two blocks' ... added one at a time
+            prefix = self._prefixes[(per_block, width)] = np.add.accumulate(
+                np.concatenate([[0.0], np.full(width, per_block)])
+            )
+        layers = prefix[blocks]
+        total = layers * held + working
+        tokens = s.microbatch_size * shape.sequence_length / s.cp
+        sp_split = s.tp if s.sequence_parallel else 1
+        if shape.dropout:
+            total[0] += tokens * shape.hidden / sp_split * held[0]
+        total[pp - 1] += tokens * shape.hidden * shape.bytes_per_element / sp_split
+        per_logit = EAGER_LOGIT_BYTES if s.kernels == "eager" else LOGIT_BYTES
+        total[pp - 1] += per_logit * tokens * shape.vocabulary / s.tp
+        return np.asarray(total)
