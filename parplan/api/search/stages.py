@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from parplan.api.search.holdings import StageHoldings, units_key
-from parplan.api.search.meshes import Meshes, group_of, run_of
+from parplan.api.search.meshes import Meshes, group_of, run_of, run_period
 from parplan.api.sharded_analytic import StageSync
 from parplan.plan.compute import comm_memory_excess, comm_sm_share
 from parplan.plan.sharded.blocks import bus_bytes
@@ -153,8 +153,13 @@ class SyncBuilder:
         types: dict[tuple[Any, ...], int] = {}
         index = np.empty(pp, dtype=np.intp)
         ranked = self.meshes.shape(mesh) is not None and mesh.cp == 1
+        period = run_period(self.clock, self.ctx.network) if ranked else None
+        seen: dict[int, tuple[int, ...]] = {}  # groups by first rank mod period (alike: run_period)
         for s in range(pp):
-            groups = self._ranked_groups(mesh, s) if ranked else self._groups_of(mesh, s)
+            residue = s * mesh.tp % period if period else s  # stage s's runs start at rank s tp
+            groups = seen.get(residue) if ranked else self._groups_of(mesh, s)
+            if groups is None:
+                groups = seen[residue] = self._ranked_groups(mesh, s)
             key = (s == 0, s == pp - 1, tuple(counts[vc * pp + s] for vc in range(v)), groups)
             index[s] = types.setdefault(key, len(types))
         return index, list(types)
@@ -322,11 +327,7 @@ class SyncBuilder:
         return np.asarray(out, dtype=float)
 
     def _calls(
-        self,
-        strategy: ShardedStrategy,
-        mesh: Mesh,
-        heads: Sequence[tuple[Any, ...]],
-        runs: list[list[UnitRun]],
+        self, strategy: ShardedStrategy, mesh: Mesh, heads: Sequence[Any], runs: list[list[UnitRun]]
     ) -> list[tuple[int, float, float]]:
         """Each stage type's (the number of its sequence of calls, its sync buffer bytes,
         whether it has gradient calls), ``runs`` its units; memoised on what
@@ -338,18 +339,8 @@ class SyncBuilder:
         ranks: tuple[Any, ...] = (data > 1, expert > 1)
         if s.fsdp == "hybrid_shard":
             ranks += (shard, data > shard)
-        prefix = (
-            s.zero,
-            s.fsdp,
-            s.framework,
-            s.aggregation.bucket_size_bytes,
-            s.tp,
-            mesh.ep,
-            s.pp > 1,
-            ranks,
-        )
-        memo = self._calls_memo
-        out = []
+        sharding = (s.zero, s.fsdp, s.framework, s.aggregation.bucket_size_bytes)
+        prefix, memo, out = (*sharding, s.tp, mesh.ep, s.pp > 1, ranks), self._calls_memo, []
         for head, stage_runs in zip(heads, runs, strict=True):
             key = (prefix, units_key(head))
             found = memo.get(key)
