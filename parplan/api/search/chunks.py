@@ -217,7 +217,8 @@ class ChunkBuilder:
         comms = comms[block_of]  # [K, T, 12]
         shares = np.asarray([self._memory_share(s, mesh, info) for s in reps])[block_of]  # [K]
         shares = np.broadcast_to(shares[:, None, None], (len(strategies), len(types), 1))
-        sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms, shares], axis=2)
+        compute = self._compute_sums(strategies, (reps, block_of), mesh, info, types)
+        sums = np.concatenate([compute, comms, shares], axis=2)
         per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 18]
         grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 18]
         chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
@@ -286,31 +287,35 @@ class ChunkBuilder:
         return found
 
     def _compute_sums(
-        self, strategies: Sequence[ShardedStrategy], mesh: Mesh, info: DeviceInfo, types: np.ndarray
+        self,
+        strategies: Sequence[ShardedStrategy],
+        blocks: tuple[Sequence[ShardedStrategy], np.ndarray],
+        mesh: Mesh,
+        info: DeviceInfo,
+        types: np.ndarray,
     ) -> np.ndarray:
         """``[K, T, 5]``: :class:`ChunkSums`' compute sums of each key's chunk types (first, last,
         blocks), every key at once: each sum is one ``np.add.accumulate`` along the chunk (zeros
-        for the blocks a shorter chunk lacks), FSDP2's copies and DeepSpeed's accumulation added
-        per group of keys alike in what those read (:mod:`~parplan.plan.sharded.parts`)."""
+        for the blocks a shorter chunk lacks) per block key (``blocks``: a key of each and each
+        key's, :meth:`build`), FSDP2's copies and DeepSpeed's accumulation added per group of keys
+        alike in what those read (:mod:`~parplan.plan.sharded.parts`)."""
+        reps, block_of = blocks
         figures = np.asarray(
-            [
-                [*f, *e, *h, *params]
-                for (f, e, h), _, params, _ in (self._block(s, mesh, info) for s in strategies)
-            ]
-        )  # [K, 12]: block f, b, r, a, ab; embedding f, b; head f, b; embedding, block, head params
+            [[*f, *e, *h, *params] for (f, e, h), _, params, _ in (self._block(s, mesh, info) for s in reps)]
+        )  # [B, 12]: block f, b, r, a, ab; embedding f, b; head f, b; embedding, block, head params
         first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
         on = np.arange(int(n.max()))[None, :] < n[:, None]  # [T, width]: the chunk's blocks
-        zero = np.zeros((len(strategies), len(types)))
+        zero = np.zeros((len(reps), len(types)))
 
         def ends(column: int, mask: np.ndarray) -> np.ndarray:
             return np.where(mask[None, :], figures[:, column, None], 0.0)
 
-        starts = [ends(5, first), ends(6, first), zero, zero, zero, ends(9, first)]  # [K, T] each
-        each = figures[:, [0, 1, 2, 3, 4, 10]].T  # [6, K]
+        starts = [ends(5, first), ends(6, first), zero, zero, zero, ends(9, first)]  # [B, T] each
+        each = figures[:, [0, 1, 2, 3, 4, 10]].T  # [6, B]
         finish = [ends(7, last), ends(8, last), zero, zero, zero, ends(11, last)]
-        middle = np.where(on[None, None], each[:, :, None, None], 0.0)  # [6, K, T, width]
+        middle = np.where(on[None, None], each[:, :, None, None], 0.0)  # [6, B, T, width]
         row = np.concatenate([np.stack(starts)[..., None], middle, np.stack(finish)[..., None]], axis=3)
-        folded = np.add.accumulate(row, axis=3)[..., -1]  # [6, K, T]
+        folded = np.add.accumulate(row, axis=3)[..., -1][:, block_of]  # [6, K, T]
         compute, units = list(folded[:5]), folded[5]
         spec = self.ctx.model_spec
         alike: dict[tuple[Any, ...], list[int]] = {}
