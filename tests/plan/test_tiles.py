@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from parplan.model.transformer import TransformerShape, attention_ops
 from parplan.plan.compute import KERNEL_LAUNCH_S, op_seconds
-from parplan.plan.tiles import causal_tile_waves
+from parplan.plan.tiles import _Launch, causal_tile_waves
 from parplan.topology.network import DeviceInfo
 
 
@@ -36,6 +36,57 @@ def test_makespan_of_the_tiles_in_launch_order(groups: int, tiles: int, sms: int
         assert got == 1.0  # one wave: the roofline's size curve covers a launch too small to fill it
     else:
         assert got == pytest.approx(max(1.0, _by_hand(groups, tiles, sms, descending)))
+
+
+def _heap_form(groups: int, tiles: int, sms: int, descending: bool) -> float:
+    """The schedule tile by tile with a heap of free times, as the module computed it before it
+    kept a pattern's cycle (:class:`_Launch`): every tile of every group."""
+    import heapq
+
+    if sms <= 0 or groups * tiles <= sms:
+        return 1.0
+    order = range(tiles, 0, -1) if descending else range(1, tiles + 1)
+    free = [0] * sms
+    end = 0
+    for _ in range(groups):
+        for work in order:
+            finish = free[0] + work
+            heapq.heapreplace(free, finish)
+            end = max(end, finish)
+    ideal = groups * tiles * (tiles + 1) / 2.0 / sms
+    return max(1.0, end / ideal)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    groups=st.lists(st.integers(1, 700), min_size=1, max_size=4),
+    tiles=st.integers(1, 40),
+    sms=st.integers(1, 140),
+    descending=st.booleans(),
+)
+def test_the_kept_cycle_gives_the_floats_of_every_tile_scheduled(
+    groups: list[int], tiles: int, sms: int, descending: bool
+) -> None:
+    launch = _Launch(tiles, sms, descending)  # one kept schedule asked in any order
+    for g in groups:
+        ideal = g * tiles * (tiles + 1) / 2.0 / sms
+        assert g * tiles <= sms or max(1.0, launch.makespan(g) / ideal) == _heap_form(
+            g, tiles, sms, descending
+        )
+        assert causal_tile_waves(g, tiles, sms, descending=descending) == _heap_form(
+            g, tiles, sms, descending
+        )
+
+
+@pytest.mark.parametrize(("tiles", "sms"), [(32, 108), (16, 108), (64, 132), (64, 108), (128, 108)])
+@pytest.mark.parametrize("descending", [False, True])
+def test_the_searchs_launches_equal_every_tile_scheduled(tiles: int, sms: int, descending: bool) -> None:
+    launch = _Launch(tiles, sms, descending)
+    for groups in (1024, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1000, 2048):
+        expected = _heap_form(groups, tiles, sms, descending)
+        ideal = groups * tiles * (tiles + 1) / 2.0 / sms
+        assert max(1.0, launch.makespan(groups) / ideal) == expected
+    assert launch.cycle is not None and len(launch.ends) < 300  # the cycle, not every group
 
 
 def test_the_forward_order_leaves_a_longer_tail_and_more_waves_a_shorter_one() -> None:

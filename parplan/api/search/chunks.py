@@ -29,13 +29,14 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from parplan.api.search.holdings import StageActivations
 from parplan.api.search.meshes import Meshes, device_kind, stage_groups
 from parplan.api.sharded_analytic import ChunkSums, StageMicro, stage_micro
 from parplan.plan.compute import comm_compute_share
 from parplan.plan.sharded.blocks import Roofline, bus_bytes, chunk_calls
 from parplan.plan.sharded.comm import CommCall
 from parplan.plan.sharded.costs import block_figures, block_memory_share, split_layers
-from parplan.plan.sharded.memory import EAGER_LOGIT_BYTES, LOGIT_BYTES, inflight_chunks, microbatch_buffers
+from parplan.plan.sharded.memory import microbatch_buffers
 from parplan.plan.sharded.mesh import microbatches_per_pipeline
 from parplan.plan.sharded.parts import (
     accumulation_seconds,
@@ -49,7 +50,7 @@ from parplan.plan.sharded.sync import UnitParams
 
 if TYPE_CHECKING:
     from parplan.config.strategy import ShardedStrategy
-    from parplan.model.transformer import TransformerShape
+    from parplan.model.transformer import Op, TransformerShape
     from parplan.plan.base import PlanContext
     from parplan.plan.sharded.clock import GroupClock
     from parplan.plan.sharded.costs import ShardedLayout
@@ -96,17 +97,17 @@ class ChunkBuilder:
         self._stage_groups: dict[tuple[Any, ...], tuple[np.ndarray, list[tuple[Any, ...]]]] = {}
         self._blocks: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._times: dict[tuple[Any, ...], float] = {}
-        self._held: dict[tuple[Any, ...], np.ndarray] = {}
         self._comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._rows: dict[tuple[Any, ...], np.ndarray] = {}
         self._indices: dict[tuple[Any, ...], np.ndarray] = {}
-        self._prefixes: dict[tuple[float, int], np.ndarray] = {}
+        self.activations = StageActivations(shape)
         self._kinds: dict[str, int] = {}
         self._kind_numbers: dict[DeviceInfo, int] = {}
         self._palettes: dict[tuple[Any, ...], tuple[np.ndarray, tuple[int, ...]]] = {}
         self._all_comms: dict[tuple[Any, ...], np.ndarray] = {}
         self._memory: dict[tuple[Any, ...], float] = {}
         self._roofs: dict[tuple[Any, ...], Roofline] = {}
+        self._op_seconds: dict[tuple[int, str], dict[tuple[Op, bool], float]] = {}
 
     def seconds(self, call: CommCall, group: tuple[str, ...]) -> float:
         """``call``'s seconds on the canonical ``group`` (no group: a single rank, 0 s)."""
@@ -140,10 +141,13 @@ class ChunkBuilder:
 
     def _roofline(self, key: tuple[Any, ...], s: ShardedStrategy, info: DeviceInfo) -> Roofline:
         """The :class:`~parplan.plan.sharded.blocks.Roofline` of block key ``key``: the block's
-        figures and its memory-bound share read one (it works the block's ops out once)."""
+        figures and its memory-bound share read one (it works the block's ops out once), and the
+        Rooflines of one device kind and dtype share their ops' seconds (keys alike but for the
+        recomputation or the pipeline run the same ops)."""
         found = self._roofs.get(key)
         if found is None:
-            found = self._roofs[key] = Roofline(self.ctx, s, self.shape, info)
+            ops = self._op_seconds.setdefault((key[-1], s.dtype), {})  # per device kind and dtype
+            found = self._roofs[key] = Roofline(self.ctx, s, self.shape, info, op_memo=ops)
         return found
 
     def _block(self, strategy: ShardedStrategy, mesh: Mesh, info: DeviceInfo) -> tuple[Any, ...]:
@@ -203,10 +207,18 @@ class ChunkBuilder:
             return_inverse=True,
         )
         info = self.ctx.network.device(mesh.device({"pp": 0}))
-        comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in strategies])  # [K, T, 12]
-        shares = np.asarray([self._memory_share(s, mesh, info) for s in strategies])  # [K]
+        # keys alike but for the FSDP copies share one block key: what reads no more than it (the
+        # calls, the memory-bound share, hops, micro-batches, activations, buffers) once per block key
+        firsts: dict[tuple[Any, ...], int] = {}
+        alike = np.asarray([firsts.setdefault(self._key(s, mesh, info), k) for k, s in enumerate(strategies)])
+        _, block_of = np.unique(alike, return_inverse=True)  # each key's block key, in first-seen order
+        reps = [strategies[k] for k in sorted(firsts.values())]
+        comms = np.stack([self._memo_comms(s, mesh, info, types, groups) for s in reps])  # [B, T, 12]
+        comms = comms[block_of]  # [K, T, 12]
+        shares = np.asarray([self._memory_share(s, mesh, info) for s in reps])[block_of]  # [K]
         shares = np.broadcast_to(shares[:, None, None], (len(strategies), len(types), 1))
-        sums = np.concatenate([self._compute_sums(strategies, mesh, info, types), comms, shares], axis=2)
+        compute = self._compute_sums(strategies, (reps, block_of), mesh, info, types)
+        sums = np.concatenate([compute, comms, shares], axis=2)
         per_chunk = sums[:, chunk_type.reshape(-1)]  # [K, C, 18]
         grid = per_chunk.reshape(len(strategies), v, pp, -1).transpose(0, 2, 1, 3)  # [K, pp, v, 18]
         chunks = ChunkSums(*(grid[..., k] for k in range(grid.shape[-1])))
@@ -215,7 +227,7 @@ class ChunkBuilder:
         hops, ms, activations, buffers = [], [], [], []
         pp_index, pp_groups = self._groups(mesh, ("pp",))
         pp_classes = sorted(set(pp_index.tolist()))  # the max over stages is the max over classes
-        for s in strategies:
+        for s in reps:
             m = microbatches_per_pipeline(s, self.ctx.training.global_batch_size, mesh.dp)
             size = p2p_bytes(s, self.shape)
             hop = 0.0
@@ -224,16 +236,17 @@ class ChunkBuilder:
                 hop = max(self.seconds(call, pp_groups[c][0]) for c in pp_classes)
             hops.append(hop)
             ms.append(m)
-            activations.append(self._activations(s, mesh, info, m, blocks_on_stage))
+            per_block, working = self._block(s, mesh, info)[3]
+            activations.append(self.activations.of(s, pp, m, blocks_on_stage, per_block, working))
             view = _View(s, self.shape, mesh, size)
             buffers.append(microbatch_buffers(cast("ShardedLayout", view)))
         return Micro(
             micro=micro,
             first_backward_s=chunks.backward_s[..., 0],
-            hop_s=np.asarray(hops),
-            microbatches=np.asarray(ms),
-            activations_bytes=np.stack(activations),
-            buffers_bytes=np.asarray(buffers),
+            hop_s=np.asarray(hops)[block_of],
+            microbatches=np.asarray(ms)[block_of],
+            activations_bytes=np.stack(activations)[block_of],
+            buffers_bytes=np.asarray(buffers)[block_of],
         )
 
     def _groups(self, mesh: Mesh, axes: tuple[str, ...]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
@@ -274,31 +287,35 @@ class ChunkBuilder:
         return found
 
     def _compute_sums(
-        self, strategies: Sequence[ShardedStrategy], mesh: Mesh, info: DeviceInfo, types: np.ndarray
+        self,
+        strategies: Sequence[ShardedStrategy],
+        blocks: tuple[Sequence[ShardedStrategy], np.ndarray],
+        mesh: Mesh,
+        info: DeviceInfo,
+        types: np.ndarray,
     ) -> np.ndarray:
         """``[K, T, 5]``: :class:`ChunkSums`' compute sums of each key's chunk types (first, last,
         blocks), every key at once: each sum is one ``np.add.accumulate`` along the chunk (zeros
-        for the blocks a shorter chunk lacks), FSDP2's copies and DeepSpeed's accumulation added
-        per group of keys alike in what those read (:mod:`~parplan.plan.sharded.parts`)."""
+        for the blocks a shorter chunk lacks) per block key (``blocks``: a key of each and each
+        key's, :meth:`build`), FSDP2's copies and DeepSpeed's accumulation added per group of keys
+        alike in what those read (:mod:`~parplan.plan.sharded.parts`)."""
+        reps, block_of = blocks
         figures = np.asarray(
-            [
-                [*f, *e, *h, *params]
-                for (f, e, h), _, params, _ in (self._block(s, mesh, info) for s in strategies)
-            ]
-        )  # [K, 12]: block f, b, r, a, ab; embedding f, b; head f, b; embedding, block, head params
+            [[*f, *e, *h, *params] for (f, e, h), _, params, _ in (self._block(s, mesh, info) for s in reps)]
+        )  # [B, 12]: block f, b, r, a, ab; embedding f, b; head f, b; embedding, block, head params
         first, last, n = types[:, 0].astype(bool), types[:, 1].astype(bool), types[:, 2]
         on = np.arange(int(n.max()))[None, :] < n[:, None]  # [T, width]: the chunk's blocks
-        zero = np.zeros((len(strategies), len(types)))
+        zero = np.zeros((len(reps), len(types)))
 
         def ends(column: int, mask: np.ndarray) -> np.ndarray:
             return np.where(mask[None, :], figures[:, column, None], 0.0)
 
-        starts = [ends(5, first), ends(6, first), zero, zero, zero, ends(9, first)]  # [K, T] each
-        each = figures[:, [0, 1, 2, 3, 4, 10]].T  # [6, K]
+        starts = [ends(5, first), ends(6, first), zero, zero, zero, ends(9, first)]  # [B, T] each
+        each = figures[:, [0, 1, 2, 3, 4, 10]].T  # [6, B]
         finish = [ends(7, last), ends(8, last), zero, zero, zero, ends(11, last)]
-        middle = np.where(on[None, None], each[:, :, None, None], 0.0)  # [6, K, T, width]
+        middle = np.where(on[None, None], each[:, :, None, None], 0.0)  # [6, B, T, width]
         row = np.concatenate([np.stack(starts)[..., None], middle, np.stack(finish)[..., None]], axis=3)
-        folded = np.add.accumulate(row, axis=3)[..., -1]  # [6, K, T]
+        folded = np.add.accumulate(row, axis=3)[..., -1][:, block_of]  # [6, K, T]
         compute, units = list(folded[:5]), folded[5]
         spec = self.ctx.model_spec
         alike: dict[tuple[Any, ...], list[int]] = {}
@@ -418,32 +435,3 @@ class ChunkBuilder:
                     out[8 + column, j] = t * comm_compute_share(info, channels, t, moved, memory_share)
             found = self._rows[key] = out
         return found
-
-    def _activations(
-        self, s: ShardedStrategy, mesh: Mesh, info: DeviceInfo, m: int, blocks: np.ndarray
-    ) -> np.ndarray:
-        """``[pp]``: :func:`~parplan.plan.sharded.memory.stage_memory`'s activations per stage."""
-        shape, pp, v = self.shape, mesh.pp, s.virtual_stages
-        per_block, working = self._block(s, mesh, info)[3]
-        key = (s.schedule, m, pp, v)
-        held = self._held.get(key)
-        if held is None:
-            held = self._held[key] = np.asarray(
-                [inflight_chunks(s.schedule, m, pp, st, v) for st in range(pp)]
-            )
-        width = int(blocks.max())
-        prefix = self._prefixes.get((per_block, width))
-        if prefix is None:  # 0, one block's, two blocks' ... added one at a time
-            prefix = self._prefixes[(per_block, width)] = np.add.accumulate(
-                np.concatenate([[0.0], np.full(width, per_block)])
-            )
-        layers = prefix[blocks]
-        total = layers * held + working
-        tokens = s.microbatch_size * shape.sequence_length / s.cp
-        sp_split = s.tp if s.sequence_parallel else 1
-        if shape.dropout:
-            total[0] += tokens * shape.hidden / sp_split * held[0]
-        total[pp - 1] += tokens * shape.hidden * shape.bytes_per_element / sp_split
-        per_logit = EAGER_LOGIT_BYTES if s.kernels == "eager" else LOGIT_BYTES
-        total[pp - 1] += per_logit * tokens * shape.vocabulary / s.tp
-        return np.asarray(total)

@@ -1,7 +1,8 @@
 """A search's meshes and their groups: :class:`Meshes` lays plans out on the default placement
 (one mesh per shape, the cluster's first devices), :func:`group_of` and :func:`run_of` find a
 stage's group of an axis by rank arithmetic (its devices, or the run of ranks they are),
-:func:`stage_groups` sorts a mesh's stages into classes of congruent groups, and :func:`applies`
+:func:`stage_groups` sorts a mesh's stages into classes of congruent groups (:func:`run_period`:
+the ranks after which runs' groups repeat), and :func:`applies`
 says whether the array path (:mod:`~parplan.api.search.chunks`, :mod:`~parplan.api.search.stages`)
 holds for a structure.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from parplan.plan.sharded.mesh import INTERLEAVED_SCHEDULE, build_mesh
+from parplan.plan.sharded.symmetry import regular_node_size
 
 if TYPE_CHECKING:
     from parplan.config.strategy import ShardedStrategy
@@ -104,6 +106,18 @@ def run_of(mesh: Mesh, axis: str, stage: int) -> tuple[int, int, int] | None:
     if axis in ("ep", "dp_shard"):
         return (base, stride, min(block, dp))
     return (base, stride * block, -(-dp // block))
+
+
+def run_period(clock: GroupClock, network: Network) -> int | None:
+    """``g`` when runs of ranks (:func:`run_of`) ``g`` apart have one canonical group: the cluster
+    numbers its devices node by node alike, ``g`` a node (:func:`~parplan.plan.sharded.symmetry.
+    regular_node_size`), and ``clock`` takes a run one node on to the group it takes the run to
+    (it shares congruent groups, :meth:`~parplan.plan.sharded.clock.GroupClock.canonical_run`);
+    else None. Stages whose runs start ``g`` ranks apart then have the same groups."""
+    size = regular_node_size(network)
+    if size is None or len(network.devices) <= size:
+        return None
+    return size if clock.canonical_run(0, 1, 1) == clock.canonical_run(size, 1, 1) else None
 
 
 class Meshes:

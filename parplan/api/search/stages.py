@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from parplan.api.search.holdings import StageHoldings, units_key
-from parplan.api.search.meshes import Meshes, group_of, run_of
+from parplan.api.search.meshes import Meshes, group_of, run_of, run_period
 from parplan.api.sharded_analytic import StageSync
 from parplan.plan.compute import comm_memory_excess, comm_sm_share
 from parplan.plan.sharded.blocks import bus_bytes
@@ -153,8 +153,13 @@ class SyncBuilder:
         types: dict[tuple[Any, ...], int] = {}
         index = np.empty(pp, dtype=np.intp)
         ranked = self.meshes.shape(mesh) is not None and mesh.cp == 1
+        period = run_period(self.clock, self.ctx.network) if ranked else None
+        seen: dict[int, tuple[int, ...]] = {}  # groups by first rank mod period (alike: run_period)
         for s in range(pp):
-            groups = self._ranked_groups(mesh, s) if ranked else self._groups_of(mesh, s)
+            residue = s * mesh.tp % period if period else s  # stage s's runs start at rank s tp
+            groups = seen.get(residue) if ranked else self._groups_of(mesh, s)
+            if groups is None:
+                groups = seen[residue] = self._ranked_groups(mesh, s)
             key = (s == 0, s == pp - 1, tuple(counts[vc * pp + s] for vc in range(v)), groups)
             index[s] = types.setdefault(key, len(types))
         return index, list(types)
@@ -293,12 +298,20 @@ class SyncBuilder:
         self, strategy: ShardedStrategy, mesh: Mesh, found: _Staged
     ) -> tuple[tuple[int, ...], np.ndarray]:
         """Each stage type's number of its sequence of calls and ``[T, 4]`` (optimizer seconds,
-        model state bytes, sync buffer bytes, whether it has gradient calls) under ``strategy``
-        (:meth:`_static`; what it reads is memoised on what it depends on, so the stage types of
-        structures alike but for dp share it, and :meth:`build` calls this once per distinct
-        ZeRO, FSDP and bucket of a mesh)."""
-        out = [self._static(strategy, mesh, head, found.info) for head in found.heads]
-        return tuple(o[0] for o in out), np.asarray([o[1:] for o in out], dtype=float)
+        model state bytes, sync buffer bytes, whether it has gradient calls) under ``strategy``:
+        the calls as the number of their sequence (:meth:`_summed` prices each distinct sequence
+        once: bucket sizes that cut a stage alike make the same calls), and what does not depend
+        on the groups. :meth:`build` calls this once per distinct ZeRO, FSDP and bucket of a mesh;
+        the units, calls and holdings it reads are memoised on what they depend on
+        (:meth:`~parplan.api.search.holdings.StageHoldings.stage_units`, :meth:`_calls`,
+        ``owned``), so the stage types of structures alike but for dp share them, and so do
+        stages alike but for how their blocks split into chunks; each takes every type at once."""
+        heads = found.heads
+        units = self.holdings.stage_units(strategy, mesh, heads)
+        calls = self._calls(strategy, mesh, heads, [runs for runs, _ in units])
+        owned = self.holdings.owned(strategy, mesh, heads, found.info, [sums for _, sums in units])
+        rows = [(o[0], o[1], c[1], c[2]) for c, o in zip(calls, owned, strict=True)]
+        return tuple(c[0] for c in calls), np.asarray(rows, dtype=float)
 
     def _sums_of(self, sequences: tuple[int, ...], algorithm: tuple[Any, int], found: _Staged) -> np.ndarray:
         """``[T, 11]``: each stage type's sums of its calls ``sequences[t]`` in its groups
@@ -313,60 +326,45 @@ class SyncBuilder:
             out.append(sums)
         return np.asarray(out, dtype=float)
 
-    def _static(
-        self, strategy: ShardedStrategy, mesh: Mesh, kind: tuple[Any, ...], info: DeviceInfo
-    ) -> tuple[int, float, float, float, float]:
-        """A stage type's calls, as the number of their sequence (:meth:`_summed` prices each
-        distinct sequence once: bucket sizes that cut a stage alike make the same calls), and what
-        does not depend on its groups: (calls, optimizer seconds, model state bytes, sync buffer
-        bytes, whether it has gradient calls). The units and the calls are memoised on what they
-        depend on (:meth:`~parplan.api.search.holdings.StageHoldings.stage_units`, :meth:`_calls`,
-        ``owned``), so structures alike but for dp share
-        them, and so are stages alike but for how their blocks split into chunks."""
-        runs, sums = self.holdings.stage_units(strategy, mesh, kind)
-        sequence, buffers, has_grad = self._calls(strategy, mesh, units_key(kind), runs)
-        optimizer, states = self.holdings.owned(strategy, mesh, kind, info, sums)
-        return sequence, optimizer, states, buffers, has_grad
-
     def _calls(
-        self, strategy: ShardedStrategy, mesh: Mesh, stage: tuple[Any, ...], runs: list[UnitRun]
-    ) -> tuple[int, float, float]:
-        """(the number of the stage's sequence of calls, its sync buffer bytes, whether it has
-        gradient calls), memoised on what :func:`~parplan.plan.sharded.sync.stage_sync_runs` reads:
-        the sharding, the bucket, the units and of the ranks whether each group has more than one
-        (and a hybrid shard group's size, which divides its all-reduce)."""
+        self, strategy: ShardedStrategy, mesh: Mesh, heads: Sequence[Any], runs: list[list[UnitRun]]
+    ) -> list[tuple[int, float, float]]:
+        """Each stage type's (the number of its sequence of calls, its sync buffer bytes,
+        whether it has gradient calls), ``runs`` its units; memoised on what
+        :func:`~parplan.plan.sharded.sync.stage_sync_runs` reads: the sharding, the bucket, the
+        units (:func:`~parplan.api.search.holdings.units_key`) and of the ranks whether each
+        group has more than one (and a hybrid shard group's size, which divides its all-reduce)."""
         s = strategy
         data, expert, shard = mesh.dp * mesh.cp, mesh.dp * mesh.cp // mesh.ep, mesh.sizes["dp_shard"]
         ranks: tuple[Any, ...] = (data > 1, expert > 1)
         if s.fsdp == "hybrid_shard":
             ranks += (shard, data > shard)
-        key = (
-            s.zero,
-            s.fsdp,
-            s.framework,
-            s.aggregation.bucket_size_bytes,
-            s.tp,
-            mesh.ep,
-            s.pp > 1,
-            stage,
-            ranks,
-        )
-        found = self._calls_memo.get(key)
-        if found is None:
-            calls = mesh_stage_sync_runs(strategy, runs, self.ctx.model_spec, mesh)
-            signature = (calls.param_gather, calls.grad_sync, calls.param_sync)  # equal calls, equal sums
-            sequence = self._sequence_ids.get(signature)
-            if sequence is None:
-                sequence = self._sequence_ids[signature] = len(self._sequences)
-                self._sequences.append(calls)
-            distinct = [
-                tuple(c for pattern, _ in part for c in pattern)
-                for part in (calls.param_gather, calls.grad_sync)
-            ]
-            view = _View(strategy, (distinct[0],), (distinct[1],))  # the largest call is what counts
-            buffers = sync_buffers(self.ctx, cast("ShardedLayout", view), 0)
-            found = self._calls_memo[key] = (sequence, buffers, float(bool(calls.grad_sync)))
-        return found
+        sharding = (s.zero, s.fsdp, s.framework, s.aggregation.bucket_size_bytes)
+        prefix, memo, out = (*sharding, s.tp, mesh.ep, s.pp > 1, ranks), self._calls_memo, []
+        for head, stage_runs in zip(heads, runs, strict=True):
+            key = (prefix, units_key(head))
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = self._sequence(strategy, mesh, stage_runs)
+            out.append(found)
+        return out
+
+    def _sequence(
+        self, strategy: ShardedStrategy, mesh: Mesh, runs: list[UnitRun]
+    ) -> tuple[int, float, float]:
+        """:meth:`_calls` of one stage type, unmemoised."""
+        calls = mesh_stage_sync_runs(strategy, runs, self.ctx.model_spec, mesh)
+        signature = (calls.param_gather, calls.grad_sync, calls.param_sync)  # equal calls, equal sums
+        sequence = self._sequence_ids.get(signature)
+        if sequence is None:
+            sequence = self._sequence_ids[signature] = len(self._sequences)
+            self._sequences.append(calls)
+        distinct = [
+            tuple(c for pattern, _ in part for c in pattern) for part in (calls.param_gather, calls.grad_sync)
+        ]
+        view = _View(strategy, (distinct[0],), (distinct[1],))  # the largest call is what counts
+        buffers = sync_buffers(self.ctx, cast("ShardedLayout", view), 0)
+        return (sequence, buffers, float(bool(calls.grad_sync)))
 
     def _summed(
         self, sequence: int, gids: tuple[int, ...], algorithm: tuple[Any, int], info: DeviceInfo

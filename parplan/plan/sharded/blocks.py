@@ -22,12 +22,22 @@ if TYPE_CHECKING:
 
 
 class Roofline:
-    """Ops and their seconds on one device, cached per kind of block (dense or MoE)."""
+    """Ops and their seconds on one device, cached per kind of block (dense or MoE); each op's
+    forward and backward seconds worked out once (the block's sums, its attention's and its
+    memory-bound share read them), in ``op_memo`` when given: a memo of :func:`~parplan.plan.
+    compute.op_seconds` per (op, backward) that Rooflines of one device kind and dtype may share
+    (plans alike but for recomputation run the same ops)."""
 
     def __init__(
-        self, ctx: PlanContext, strategy: ShardedStrategy, shape: TransformerShape, device: DeviceInfo
+        self,
+        ctx: PlanContext,
+        strategy: ShardedStrategy,
+        shape: TransformerShape,
+        device: DeviceInfo,
+        op_memo: dict[tuple[Op, bool], float] | None = None,
     ) -> None:
         self.strategy, self.shape, self.device = strategy, shape, device
+        self._op_memo: dict[tuple[Op, bool], float] = {} if op_memo is None else op_memo
         self._blocks: dict[bool, tuple[float, float, float, float, float]] = {}
         self._memory: dict[bool, float] = {}
         self._comm: dict[bool, LayerComm] = {}
@@ -48,18 +58,25 @@ class Roofline:
             return tuple(recomputed_ops(ops))
         return {"none": (), "selective": tuple(op for op in ops if op.kind == "attention"), "full": ops}[mode]
 
-    def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
-        from parplan.plan.compute import op_seconds
+    def _op(self, op: Op, backward: bool) -> float:
+        """:func:`~parplan.plan.compute.op_seconds` of ``op`` on the device, memoised."""
+        key = (op, backward)
+        found = self._op_memo.get(key)
+        if found is None:
+            from parplan.plan.compute import op_seconds
 
-        dtype = self.strategy.dtype
-        fwd = sum(op_seconds(self.device, op, dtype) for op in ops)
-        bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in ops)
+            found = self._op_memo[key] = op_seconds(self.device, op, self.strategy.dtype, backward=backward)
+        return found
+
+    def _seconds(self, ops: Sequence[Op]) -> tuple[float, float, float, float, float]:
+        fwd = sum(self._op(op, False) for op in ops)
+        bwd = sum(self._op(op, True) for op in ops)
         core = [op for op in ops if op.kind == "attention"]
-        attention = sum(op_seconds(self.device, op, dtype) for op in core)
-        attention_bwd = sum(op_seconds(self.device, op, dtype, backward=True) for op in core)
+        attention = sum(self._op(op, False) for op in core)
+        attention_bwd = sum(self._op(op, True) for op in core)
         mode = self.strategy.recompute
         if mode == "op":
-            recompute = sum(op_seconds(self.device, op, dtype) for op in self._recomputed(ops))
+            recompute = sum(self._op(op, False) for op in self._recomputed(ops))
         else:
             recompute = {"none": 0.0, "selective": attention, "full": fwd}[mode]
         return fwd, bwd, recompute, attention, attention_bwd
@@ -68,16 +85,13 @@ class Roofline:
         """Share of the ops' forward, backward and recomputed seconds in memory-bound kernels
         (every kind but GEMMs and attention: the roofline runs them at the vector peak, bounded by
         the memory bandwidth)."""
-        from parplan.plan.compute import op_seconds
-
-        dtype = self.strategy.dtype
         total = memory = 0.0
         for op, backward in (
             *((op, False) for op in ops),
             *((op, True) for op in ops),
             *((op, False) for op in self._recomputed(ops)),
         ):
-            seconds = op_seconds(self.device, op, dtype, backward=backward)
+            seconds = self._op(op, backward)
             total += seconds
             if op.kind not in ("gemm", "attention"):
                 memory += seconds

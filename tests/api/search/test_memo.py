@@ -13,7 +13,7 @@ from parplan.api.search import memo
 from parplan.api.search.space import enumerate_space
 from parplan.api.search.vector import Evaluation, evaluate_candidates
 from parplan.config.search import SearchSpec
-from parplan.model.transformer import TransformerShape
+from parplan.model.transformer import Op, TransformerShape
 from parplan.plan.base import PlanContext
 from parplan.plan.sharded.costs import transformer_shape
 from tests.api.search.helpers import LLM_SAMPLES, sample
@@ -107,3 +107,35 @@ def test_memos_per_mesh_shape_give_the_figures_of_each_mesh_on_its_own(
     monkeypatch.setattr(Meshes, "shape", lambda self, mesh: None)
     alone = evaluate_candidates(ctx, search, table)
     _assert_same(shared, alone)
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_rooflines_sharing_their_ops_seconds_equal_fresh_ones(name: str) -> None:
+    """Rooflines of every recomputation, micro-batch size and SP sharing one memo of op seconds
+    (the chunk builder's, per device kind and dtype) give the block figures and memory-bound share
+    of a Roofline of their own, bit for bit, whichever is worked out first."""
+    from parplan.plan.sharded.blocks import Roofline
+    from parplan.plan.sharded.costs import block_figures, block_memory_share
+    from parplan.plan.sharded.mesh import build_mesh
+    from tests.api.search.helpers import first_candidate
+
+    ctx, strategy = first_candidate(name)
+    mesh = build_mesh(strategy, ctx.network)
+    info = ctx.network.device(mesh.devices[0])
+    shared: dict[tuple[Op, bool], float] = {}
+    separate = 0
+    variants = [
+        {"recompute": recompute, "microbatch_size": size, "sequence_parallel": sp and strategy.tp > 1}
+        for size in (1, 2)
+        for sp in (False, True)
+        for recompute in ("full", "none", "selective", "op")
+    ]
+    for update in variants:
+        s = strategy.model_copy(update=update)
+        roof = Roofline(ctx, s, _shape(ctx), info, op_memo=shared)
+        own: dict[tuple[Op, bool], float] = {}
+        alone = Roofline(ctx, s, _shape(ctx), info, op_memo=own)
+        assert block_figures(ctx, s, mesh, info, roof=roof) == block_figures(ctx, s, mesh, info, roof=alone)
+        assert block_memory_share(ctx, s, mesh, info, roof=roof) == block_memory_share(ctx, s, mesh, info)
+        separate += len(own)
+    assert len(shared) * 3 < separate  # the recomputation variants ran the same ops: timed once

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from parplan.api.search.meshes import Meshes, group_of, run_of
+from parplan.api.search.meshes import Meshes, group_of, run_of, run_period
 from parplan.api.search.space import enumerate_space
 from parplan.config.loader import load_cluster
 from parplan.plan.sharded.clock import GroupClock
@@ -122,3 +122,45 @@ def test_clock_sharing_congruent_groups_groups_ranks_by_node_as_placement_does(c
     for _ in range(20):
         group = tuple(rng.sample(devices, rng.randint(1, len(devices))))
         assert clock._node_groups(group) == tuple(tuple(g) for g in groups_by_node(network, group))
+
+
+@pytest.mark.parametrize("name", LLM_SAMPLES)
+def test_runs_a_period_apart_have_one_canonical_group(name: str) -> None:
+    """:func:`run_period`: where it gives ``g``, every stage's run of every axis, moved by ``g``
+    ranks (within the cluster), has the canonical group of the run itself, worked out from the
+    devices on a clock whose memos started empty; a clock that does not share congruent groups,
+    or a cluster numbered out of node order, has no period."""
+    _, ctx = sample(name)
+    search = search_of(name)
+    table, _ = enumerate_space(ctx, search)
+    clock = GroupClock(ctx.network, share_congruent=True)
+    period = run_period(clock, ctx.network)
+    assert period == regular_node_size(ctx.network)
+    assert run_period(GroupClock(ctx.network), ctx.network) is None
+    if period is None:
+        return
+    fresh = GroupClock(ctx.network, share_congruent=True)
+    fresh._canonical = {}
+    devices = ctx.network.devices
+    meshes = Meshes(ctx.network)
+    _, first = np.unique(np.stack([table.devices, table.tp, table.pp], axis=1), axis=0, return_index=True)
+    for row in first:
+        mesh = meshes.build(table.strategy(int(row), search).model_copy(update={"fsdp": "none", "zero": 0}))
+        for axis in _AXES:
+            for stage in range(mesh.pp):
+                run = run_of(mesh, axis, stage)
+                if run is None:
+                    continue
+                start, stride, count = run
+                ranks = [start + period + k * stride for k in range(count)]
+                if min(ranks) >= 0 and max(ranks) < len(devices):  # the copy fits in the cluster
+                    copy = tuple(devices[r] for r in ranks)
+                    assert fresh.canonical(copy) == fresh.canonical(group_of(mesh, axis, stage))
+
+
+def test_a_cluster_numbered_out_of_node_order_has_no_run_period() -> None:
+    network = build_network(load_cluster(_CLUSTERS / "dgx-a100-128nodes.yaml"))
+    devices = list(network.devices)
+    random.Random(3).shuffle(devices)
+    network.devices = tuple(devices)
+    assert run_period(GroupClock(network, share_congruent=True), network) is None
