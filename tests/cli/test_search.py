@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from parplan.api.search import run
+from parplan.api.search import spread
 from parplan.cli.app import app
 from parplan.report.json_report import SCHEMA_RESOURCE, SEARCH_SCHEMA_RESOURCE, load_schema
 from tests.api.search.test_run import FSDP_64, SMALL, small_scenario
@@ -33,7 +33,7 @@ def no_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def evaluated(*args: object) -> None:
         raise AssertionError("candidates were evaluated")
 
-    monkeypatch.setattr(run, "evaluate_candidates", evaluated)
+    monkeypatch.setattr(spread, "evaluate_candidates", evaluated)
 
 
 def test_search_prints_the_ranking_front_bound_and_checks(tmp_path: Path) -> None:

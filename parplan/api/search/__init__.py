@@ -7,4 +7,5 @@
 - :mod:`.run`: :func:`~parplan.api.search.run.search_scenario`, the command as one call: size
   check, enumeration, evaluation in chunks (here or on Ray), ranking, the Pareto front, the best
   plans re-simulated with the event engine, and the scenario's own plans beside them.
+- :mod:`.spread`: the evaluation cut into chunks, run here or on Ray, and joined in table order.
 """

@@ -26,16 +26,15 @@ rows without a Python object per plan; :meth:`SearchResult.rows` gives them one 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from parplan.api.parallel import Backend, SweepInterrupted, available_workers, evaluate_chunks
+from parplan.api.parallel import Backend, available_workers
 from parplan.api.pareto import non_dominated
 from parplan.api.search.space import (
     CandidateTable,
@@ -44,7 +43,8 @@ from parplan.api.search.space import (
     enumerate_space,
     space_size,
 )
-from parplan.api.search.vector import BOUND_NAMES, Evaluation, evaluate_candidates
+from parplan.api.search.spread import evaluate_spread
+from parplan.api.search.vector import BOUND_NAMES, Evaluation
 from parplan.config.search import SearchSpec
 from parplan.errors import ParplanError
 
@@ -52,12 +52,6 @@ if TYPE_CHECKING:
     from parplan.api.results import PlanResult
     from parplan.config.scenario import ScenarioSpec
     from parplan.plan.base import PlanContext
-
-CHUNK_ROWS = 65_536
-"""Most candidates per chunk: progress moves at least this often, and a chunk's arrays stay small."""
-
-CHUNKS_PER_WORKER = 4
-"""Chunks per worker (process or Ray CPU), so uneven chunks still balance."""
 
 
 @dataclass(frozen=True)
@@ -272,7 +266,7 @@ def run_search(
     workers = available_workers(backend, jobs, address)  # reaches a Ray cluster now, before any work
     enumerating = time.monotonic()
     table, size = enumerate_space(ctx, search)
-    evaluation, gathered, interrupted = _evaluate(
+    evaluation, gathered, interrupted = evaluate_spread(
         scenario, ctx, search, table, workers, backend=backend, address=address, jobs=jobs, progress=progress
     )
     if interrupted is not None:
@@ -312,86 +306,6 @@ def run_search(
         closed_form_s=closed_form_s,
         interrupted=interrupted,
     )
-
-
-def _evaluate_slice(ctx: PlanContext, payload: tuple[SearchSpec, CandidateTable]) -> Evaluation:
-    """Chunk work (module-level, so it travels to workers and Ray tasks): one slice of the table."""
-    search, chunk = payload
-    return evaluate_candidates(ctx, search, chunk)
-
-
-def chunk_bounds(rows: int, workers: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each chunk: :data:`CHUNKS_PER_WORKER` per worker, at most
-    :data:`CHUNK_ROWS` rows each, consecutive and covering every row.
-
-    >>> chunk_bounds(10, 1)
-    [(0, 3), (3, 6), (6, 9), (9, 10)]
-    """
-    if rows <= 0:
-        return []
-    count = max(workers * CHUNKS_PER_WORKER, math.ceil(rows / CHUNK_ROWS))
-    size = max(1, math.ceil(rows / count))
-    return [(start, min(rows, start + size)) for start in range(0, rows, size)]
-
-
-def _evaluate(
-    scenario: ScenarioSpec,
-    ctx: PlanContext,
-    search: SearchSpec,
-    table: CandidateTable,
-    workers: int,
-    *,
-    backend: Backend,
-    address: str | None,
-    jobs: int,
-    progress: Callable[[int, int], None] | None,
-) -> tuple[Evaluation, np.ndarray, str | None]:
-    """Every candidate's evaluation, in table order; when the backend is lost, those of the chunks
-    gathered, their table rows, and why."""
-    bounds = chunk_bounds(len(table), workers)
-    chunks = [(search, table.take(slice(a, b))) for a, b in bounds]
-    sizes = [b - a for a, b in bounds]
-    try:
-        parts: list[Evaluation | None] = list(
-            evaluate_chunks(
-                scenario,
-                _evaluate_slice,
-                chunks,
-                sizes=sizes,
-                what="candidates",
-                jobs=jobs,
-                progress=progress,
-                backend=backend,
-                address=address,
-                context=ctx,
-            )
-        )
-        interrupted = None
-    except SweepInterrupted as exc:
-        parts, interrupted = list(exc.results), str(exc)
-    kept = [i for i, part in enumerate(parts) if part is not None]
-    rows = (
-        np.concatenate([np.arange(*bounds[i], dtype=np.int64) for i in kept])
-        if kept
-        else np.zeros(0, np.int64)
-    )
-    return concat_evaluations([p for p in parts if p is not None]), rows, interrupted
-
-
-def concat_evaluations(parts: Sequence[Evaluation]) -> Evaluation:
-    """One :class:`Evaluation` of consecutive chunks (empty columns over no chunk)."""
-    if len(parts) == 1:
-        return parts[0]
-    if not parts:
-        return Evaluation(
-            step_time_s=np.zeros(0, np.float64),
-            peak_memory_bytes=np.zeros(0, np.float64),
-            mfu=np.zeros(0, np.float64),
-            fits=np.zeros(0, bool),
-            bound=np.zeros(0, np.int8),
-        )
-    columns = {f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Evaluation)}
-    return Evaluation(**columns)
 
 
 def rank_rows(evaluation: Evaluation) -> np.ndarray:

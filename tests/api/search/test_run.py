@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from parplan.api.pareto import non_dominated
-from parplan.api.search import run
-from parplan.api.search.run import chunk_bounds, front_rows, rank_rows, search_scenario
+from parplan.api.search import run, spread
+from parplan.api.search.run import front_rows, rank_rows, search_scenario
 from parplan.api.search.space import SearchError
+from parplan.api.search.spread import chunk_bounds
 from parplan.api.search.vector import Evaluation
 from parplan.report.json_report import dumps
 from parplan.report.search import search_document
@@ -88,7 +89,7 @@ def test_chunks_cover_every_row_once() -> None:
         bounds = chunk_bounds(rows, workers)
         assert bounds[0][0] == 0 and bounds[-1][1] == rows
         assert all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
-        assert max(b - a for a, b in bounds) <= max(run.CHUNK_ROWS, math.ceil(rows / 4))
+        assert max(b - a for a, b in bounds) <= max(spread.CHUNK_ROWS, math.ceil(rows / 4))
 
 
 def test_size_is_checked_before_any_enumeration(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,7 +124,7 @@ def test_search_ranks_resimulates_and_places_the_scenarios_plans(tmp_path: Path)
 def test_chunking_and_workers_change_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = small_scenario(tmp_path, SMALL)
     whole = dumps(search_document(search_scenario(path, top_k=1)))
-    monkeypatch.setattr(run, "CHUNK_ROWS", 7)
+    monkeypatch.setattr(spread, "CHUNK_ROWS", 7)
     seen: list[tuple[int, int]] = []
     chunked = search_scenario(path, top_k=1, jobs=2, progress=lambda d, t: seen.append((d, t)))
     assert dumps(search_document(chunked)) == whole

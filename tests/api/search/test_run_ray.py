@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from parplan.api.parallel import SweepInterrupted
-from parplan.api.search import run
+from parplan.api.search import spread
 from parplan.api.search.run import search_scenario
 from parplan.cli.app import app
 from parplan.report.json_report import dumps
@@ -71,7 +71,7 @@ def test_the_chunk_work_is_the_one_ray_path(monkeypatch: pytest.MonkeyPatch, tmp
         calls.append(kwargs["what"])
         raise SweepInterrupted("stop", [None] * len(args[2]))
 
-    monkeypatch.setattr(run, "evaluate_chunks", chunks)
+    monkeypatch.setattr(spread, "evaluate_chunks", chunks)
     result = search_scenario(small_scenario(tmp_path, SMALL), top_k=0)
     assert calls == ["candidates"] and result.interrupted == "stop" and result.counts.evaluated == 0
 
