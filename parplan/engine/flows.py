@@ -359,12 +359,12 @@ class Flows:
         else:
             rate[:] = np.minimum(alloc.route_rate_Bps[rids], self.rate_cap_Bps.take(self.s_task[:n]))
         finish = self.s_finish[:n]
-        if self.log is None:  # finish = now + left, computed in place (IEEE addition commutes)
-            np.divide(self.s_rem[:n], rate, finish)
+        np.divide(self.s_rem[:n], rate, finish)  # finish = now + left, in place (addition commutes)
+        if self.log is None:
             finish += now
         else:
-            left_s = self.s_rem[:n] / rate
-            np.add(now, left_s, finish)
+            left_s = finish.copy()
+            finish += now
             self.log.finishes(self.s_task[:n].copy(), now, left_s, finish.copy(), every=True)
         self.next_finish = smallest(self.s_finish)
         if alloc.shared or not self.sharing:
