@@ -28,6 +28,16 @@ _NUMPY_MIN_EDGES_PER_LEVEL = 48  # long thin blocks (rings) too
 V = TypeVar("V", int, float)
 
 
+def row_entries(ptr: IntArray, rows: IntArray) -> tuple[IntArray, IntArray]:
+    """Where the entries of ``rows`` lie in a CSR list's flat array (``ptr[r]:ptr[r + 1]`` are
+    row ``r``'s), row after row, and each row's count: gathered without a Python loop."""
+    starts = ptr[rows]
+    counts = ptr[rows + 1] - starts
+    offsets = np.cumsum(counts) - counts
+    positions: IntArray = np.repeat(starts - offsets, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+    return positions, counts
+
+
 class PerNode(Generic[V]):
     """Each node's ``{neighbour: value}`` over its links in their order (``keys[ptr[u]:ptr[u + 1]]``
     and the values beside them), built when first read: routing reads a few nodes' links of
@@ -85,11 +95,7 @@ class Edges:
     def inside(self, nodes: IntArray) -> tuple[IntArray, IntArray, IntArray]:
         """The links between ``nodes`` (sorted insertion indices): their ids, and their tails and
         heads as positions in ``nodes``, in the links' order."""
-        starts = self.out_ptr[nodes]
-        counts = self.out_ptr[nodes + 1] - starts
-        total = int(counts.sum())
-        offsets = np.cumsum(counts) - counts
-        ids = np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
+        ids, counts = row_entries(self.out_ptr, nodes)
         tails = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
         heads = self.dst[ids]
         at = np.minimum(np.searchsorted(nodes, heads), max(len(nodes) - 1, 0))
@@ -186,14 +192,9 @@ class Block:
         cv: list[IntArray] = []
         in_ptr, in_src, in_lat = self.in_ptr, self.in_src, self.in_lat
         while frontier.size:
-            starts = in_ptr[frontier]
-            counts = in_ptr[frontier + 1] - starts
-            total = int(counts.sum())
-            if total == 0:
+            edge, counts = row_entries(in_ptr, frontier)  # every edge into the frontier
+            if not len(edge):
                 break
-            # Every edge into the frontier, gathered without a Python loop.
-            offsets = np.cumsum(counts) - counts
-            edge = np.repeat(starts - offsets, counts) + np.arange(total, dtype=np.int64)
             heads = np.repeat(frontier, counts)
             u = in_src[edge]
             fresh = hops[u] == NONE
